@@ -1,0 +1,3 @@
+from keel_stream.cli import main
+
+main()

@@ -1,0 +1,1 @@
+"""Embedded servers behind `keel-stream dev`: defaults that run anywhere."""

@@ -1,0 +1,274 @@
+"""The one exception tree of keel-stream.
+
+Every error carries a stable machine-readable ``code`` and a ``retriable`` flag; clients branch on
+``code``, never on message text. The API maps codes to HTTP statuses in one table.
+
+    KeelError
+    ├── InvalidRequest                  the request itself is malformed (400)
+    │   ├── InvalidIdentifier           a tenant, session or key that is not a valid identifier
+    │   ├── UnknownKind                 a kind that is not in the vocabulary
+    │   ├── KindNotAllowedAtEdge        an edge write of a kind other than user.message
+    │   ├── FenceRequired               an owner-scoped commit without a lease token
+    │   ├── FenceNotAllowed             an edge- or external-scoped commit with a lease token
+    │   ├── KeyNotAllowed               an idempotency key on a kind that declares none
+    │   ├── KeyMismatch                 the request's key differs from the payload's key field
+    │   ├── KeyRequired                 a kind whose key is mandatory was sent without one
+    │   ├── InvalidPayload              a payload that breaks a validation rule (code = the rule)
+    │   └── InvalidPage                 a read with an out-of-range cursor or limit
+    ├── NotFound                        (404)
+    │   ├── TenantNotFound
+    │   └── SessionNotFound             missing, or belongs to another tenant
+    ├── Conflict                        the request is well-formed but the ledger refuses it (409)
+    │   ├── IdempotencyConflict         the key was used before with a different payload
+    │   ├── TenantExists / SessionExists
+    │   ├── ExternalSession             a native write to a session whose state is owned externally
+    │   ├── NotExternalSession          an external.event for a native session
+    │   ├── ExternalSessionClosed       an external.event for a closed external session
+    │   └── LeaseFenced                 an owner-scoped commit with a stale epoch or another owner
+    └── StoreError                      the store failed; nothing was committed (5xx)
+        ├── StoreUnavailable            the database could not be reached (retriable)
+        ├── MigrationFailed             a migration file failed; later files were not applied
+        └── MigrationDrift              an applied migration file was changed afterwards
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import ClassVar
+
+__all__ = [
+    "Conflict",
+    "ExternalSession",
+    "ExternalSessionClosed",
+    "FenceNotAllowed",
+    "FenceRequired",
+    "IdempotencyConflict",
+    "InvalidIdentifier",
+    "InvalidPage",
+    "InvalidPayload",
+    "InvalidRequest",
+    "KeelError",
+    "KeyMismatch",
+    "KeyNotAllowed",
+    "KeyRequired",
+    "KindNotAllowedAtEdge",
+    "LeaseFenced",
+    "MigrationDrift",
+    "MigrationFailed",
+    "NotExternalSession",
+    "NotFound",
+    "PayloadRule",
+    "SessionExists",
+    "SessionNotFound",
+    "StoreError",
+    "StoreUnavailable",
+    "TenantExists",
+    "TenantNotFound",
+    "UnknownKind",
+]
+
+
+class KeelError(Exception):
+    """Root of every error keel-stream raises on purpose."""
+
+    code: ClassVar[str] = "keel_error"
+    retriable: ClassVar[bool] = False
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    @property
+    def error_code(self) -> str:
+        """The stable code of this error instance (a rule code for InvalidPayload)."""
+        return self.code
+
+
+class InvalidRequest(KeelError):
+    """The request is malformed; resending it unchanged fails the same way."""
+
+    code = "invalid_request"
+
+
+class InvalidIdentifier(InvalidRequest):
+    """A tenant id, session id or idempotency key that is not a valid identifier."""
+
+    code = "invalid_identifier"
+
+
+class UnknownKind(InvalidRequest):
+    """The kind is not registered in the vocabulary, so it cannot enter the log."""
+
+    code = "unknown_kind"
+
+
+class KindNotAllowedAtEdge(InvalidRequest):
+    """Only edge-scoped kinds (user.message) may be written through the edge."""
+
+    code = "kind_not_allowed"
+
+
+class FenceRequired(InvalidRequest):
+    """Owner-scoped kinds must carry the lease token (owner + epoch)."""
+
+    code = "fence_required"
+
+
+class FenceNotAllowed(InvalidRequest):
+    """Edge- and external-scoped kinds must not carry a lease token."""
+
+    code = "fence_not_allowed"
+
+
+class KeyNotAllowed(InvalidRequest):
+    """The kind declares no idempotency key; passing one is an error, not a silent ignore."""
+
+    code = "idempotency_key_not_allowed"
+
+
+class KeyMismatch(InvalidRequest):
+    """The request's idempotency key differs from the key field inside the payload."""
+
+    code = "idempotency_key_mismatch"
+
+
+class KeyRequired(InvalidRequest):
+    """The kind cannot be committed without its idempotency key (tool.result's toolCallId)."""
+
+    code = "idempotency_key_required"
+
+
+class PayloadRule(StrEnum):
+    """The validation rules of the kernel; each value is the error code of its violation."""
+
+    PAYLOAD_NOT_OBJECT = "payload_not_object"
+    PAYLOAD_NOT_JSON = "payload_not_json"
+    TEXT_NOT_STRING = "text_not_string"
+    REQUEST_ID_NOT_STRING = "request_id_not_string"
+    DELIVERY_INVALID = "delivery_invalid"
+    SELECTION_NOT_OBJECT = "selection_not_object"
+    RETRY_OF_INVALID = "retry_of_invalid"
+    CONTENT_NOT_ARRAY = "content_not_array"
+    TOOL_CALL_ID_MISSING = "tool_call_id_missing"
+    TOOL_CALL_NAME_MISSING = "tool_call_name_missing"
+    TOOL_CALL_ID_DUPLICATE = "tool_call_id_duplicate"
+    INPUT_SEQS_INVALID = "input_seqs_invalid"
+    TOOL_CALL_ID_MISMATCH = "tool_call_id_mismatch"
+    TOOL_CALL_NOT_FOUND = "tool_call_not_found"
+    STATUS_INVALID = "status_invalid"
+    COUNTER_INVALID = "counter_invalid"
+    TOOL_TIMINGS_INVALID = "tool_timings_invalid"
+    BACKEND_MISSING = "backend_missing"
+    EXTERNAL_REF_MISSING = "external_ref_missing"
+    STATE_OWNER_INVALID = "state_owner_invalid"
+
+
+class InvalidPayload(InvalidRequest):
+    """The payload breaks a validation rule; ``error_code`` names the rule."""
+
+    code = "invalid_payload"
+
+    def __init__(self, rule: PayloadRule, message: str) -> None:
+        super().__init__(message)
+        self.rule = rule
+
+    @property
+    def error_code(self) -> str:
+        return self.rule.value
+
+
+class InvalidPage(InvalidRequest):
+    """A read with a negative cursor or a limit outside the allowed range."""
+
+    code = "invalid_page"
+
+
+class NotFound(KeelError):
+    """The addressed object does not exist for this tenant."""
+
+    code = "not_found"
+
+
+class TenantNotFound(NotFound):
+    """No tenant with this id."""
+
+    code = "tenant_not_found"
+
+
+class SessionNotFound(NotFound):
+    """No session with this id in this tenant (another tenant's session is not found too)."""
+
+    code = "session_not_found"
+
+
+class Conflict(KeelError):
+    """The request is well-formed but conflicts with what the ledger holds."""
+
+    code = "conflict"
+
+
+class IdempotencyConflict(Conflict):
+    """The idempotency key was already committed with a different payload or kind."""
+
+    code = "idempotency_conflict"
+
+
+class TenantExists(Conflict):
+    """A tenant with this id already exists."""
+
+    code = "tenant_exists"
+
+
+class SessionExists(Conflict):
+    """A session with this id already exists in this tenant."""
+
+    code = "session_exists"
+
+
+class ExternalSession(Conflict):
+    """The session's state is owned by an external backend; native writes are refused."""
+
+    code = "external_session"
+
+
+class NotExternalSession(Conflict):
+    """external.event is only valid in a session with state_owner=external."""
+
+    code = "not_external_session"
+
+
+class ExternalSessionClosed(Conflict):
+    """The external session is closed; it accepts no further external.event."""
+
+    code = "external_session_closed"
+
+
+class LeaseFenced(Conflict):
+    """The lease token is stale (older epoch) or names another owner."""
+
+    code = "lease_fenced"
+
+
+class StoreError(KeelError):
+    """The store failed; the transaction was rolled back and nothing was committed."""
+
+    code = "store_error"
+
+
+class StoreUnavailable(StoreError):
+    """The database could not be reached or dropped the connection; retry with the same key."""
+
+    code = "store_unavailable"
+    retriable = True
+
+
+class MigrationFailed(StoreError):
+    """A migration file failed; it and every later file were not applied."""
+
+    code = "migration_failed"
+
+
+class MigrationDrift(StoreError):
+    """A migration file that was applied has since been changed."""
+
+    code = "migration_drift"

@@ -1,0 +1,127 @@
+"""Preparing a commit: everything the kernel can decide without reading the ledger.
+
+The store calls prepare() before it opens its transaction, so a request that breaks a rule of
+the vocabulary, the fences, the keys or the payload never touches the database.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Final
+
+from keel_stream.errors import (
+    FenceNotAllowed,
+    FenceRequired,
+    InvalidIdentifier,
+    InvalidPayload,
+    KeyMismatch,
+    KeyNotAllowed,
+    KeyRequired,
+    KindNotAllowedAtEdge,
+    PayloadRule,
+)
+from keel_stream.kernel.canonical import payload_digest
+from keel_stream.kernel.types import CommitRequest, LeaseToken
+from keel_stream.kernel.validation import validate_payload
+from keel_stream.kernel.vocabulary import EDGE_KINDS, CommitClass, Kind, KindSpec, spec_for
+
+__all__ = ["PreparedCommit", "check_identifier", "prepare", "require_edge_kind"]
+
+_IDENTIFIER: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
+_MAX_KEY_LENGTH: Final = 256
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedCommit:
+    """A request the kernel has accepted in isolation; the store still checks it against state."""
+
+    tenant_id: str
+    session_id: str
+    spec: KindSpec
+    payload: dict[str, Any]
+    key: str | None
+    lease: LeaseToken | None
+    digest: str
+    """Canonical digest of the payload as requested: a retry is the same request iff equal."""
+
+    @property
+    def kind(self) -> Kind:
+        return self.spec.kind
+
+    @property
+    def dedupe_key(self) -> str | None:
+        """The stored uniqueness key: the key field names the namespace, so that a generationId
+        and a toolCallId with the same value never collide."""
+        if self.key is None or self.spec.key_field is None:
+            return None
+        return f"{self.spec.key_field}:{self.key}"
+
+
+def check_identifier(value: str, what: str) -> str:
+    """Tenant and session ids: 1-128 of [A-Za-z0-9._:@-], not starting with punctuation."""
+    if not isinstance(value, str) or not _IDENTIFIER.fullmatch(value):
+        raise InvalidIdentifier(f"{what} {value!r} is not a valid identifier")
+    return value
+
+
+def require_edge_kind(kind: str) -> Kind:
+    """The edge whitelist: only edge-scoped kinds may be written by clients."""
+    spec = spec_for(kind)
+    if spec.kind not in EDGE_KINDS:
+        raise KindNotAllowedAtEdge(f"{kind!r} cannot be written through the edge")
+    return spec.kind
+
+
+def _check_fence(spec: KindSpec, lease: LeaseToken | None) -> None:
+    if spec.commit_class is CommitClass.OWNER and lease is None:
+        raise FenceRequired(f"{spec.kind} is owner-scoped and must carry the lease token")
+    if spec.commit_class is not CommitClass.OWNER and lease is not None:
+        raise FenceNotAllowed(f"{spec.kind} is {spec.commit_class} and must not carry a lease")
+
+
+def _resolve_key(spec: KindSpec, payload: dict[str, Any], request_key: str | None) -> str | None:
+    """One key per kind: the request's key or the payload's key field, which must agree."""
+    field = spec.key_field
+    if field is None:
+        if request_key is not None:
+            raise KeyNotAllowed(f"{spec.kind} declares no idempotency key")
+        return None
+    in_payload = payload.get(field)
+    if in_payload is not None and request_key is not None and in_payload != request_key:
+        if spec.kind is Kind.TOOL_RESULT:
+            raise InvalidPayload(
+                PayloadRule.TOOL_CALL_ID_MISMATCH,
+                "payload.toolCallId must equal the request's toolCallId",
+            )
+        raise KeyMismatch(f"payload.{field} differs from the request's idempotency key")
+    key = request_key if request_key is not None else in_payload
+    if key is None:
+        if spec.kind is Kind.TOOL_RESULT:
+            raise KeyRequired("tool.result must carry its toolCallId")
+        return None
+    if not isinstance(key, str) or not 0 < len(key) <= _MAX_KEY_LENGTH:
+        raise InvalidIdentifier(f"{field} must be a string of 1-{_MAX_KEY_LENGTH} characters")
+    return key
+
+
+def prepare(request: CommitRequest) -> PreparedCommit:
+    """Validate a request against the vocabulary, fences, keys and payload rules."""
+    check_identifier(request.tenant_id, "tenant")
+    check_identifier(request.session_id, "session")
+    spec = spec_for(request.kind)
+    _check_fence(spec, request.lease)
+    validate_payload(spec.kind, request.payload)
+    payload = dict(request.payload)
+    key = _resolve_key(spec, payload, request.key)
+    if key is not None and spec.key_field is not None:
+        payload.setdefault(spec.key_field, key)
+    return PreparedCommit(
+        tenant_id=request.tenant_id,
+        session_id=request.session_id,
+        spec=spec,
+        payload=payload,
+        key=key,
+        lease=request.lease,
+        digest=payload_digest(payload),
+    )

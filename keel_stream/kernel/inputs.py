@@ -1,0 +1,91 @@
+"""Input accounting: which inputs an answer consumed, which are still unanswered, owedTurn.
+
+An input (a user.message) is answered when a completed assistant.message lists its seq in
+inputSeqs. A terminal failure (stopReason error or aborted) answers nothing: a failure will be
+retried and a cancellation is not re-run, but neither consumed the input. Before the first
+assistant.message that carries inputSeqs (a legacy prefix of an upgraded log), inputs are judged
+by the run's read_watermark instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+from keel_stream.kernel.vocabulary import Kind
+
+__all__ = [
+    "TERMINAL_FAILURE_STOP_REASONS",
+    "InputAccount",
+    "LoggedEvent",
+    "account_inputs",
+    "is_terminal_failure",
+]
+
+TERMINAL_FAILURE_STOP_REASONS: Final = frozenset({"error", "aborted"})
+_TOOL_USE: Final = "tool_use"
+
+
+class LoggedEvent(Protocol):
+    """The part of a committed event that accounting reads."""
+
+    @property
+    def seq(self) -> int: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def payload(self) -> Mapping[str, Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class InputAccount:
+    """The answer to "is anything left to do in this session?"."""
+
+    unanswered: tuple[int, ...]
+    """Seqs of inputs no completed answer has consumed, ascending."""
+    owed_turn: bool
+    """The latest assistant is a terminal failure or asked for tools: the model owes a turn."""
+
+    @property
+    def needs_turn(self) -> bool:
+        """A run that settles now with nothing owed would be wrong to call done."""
+        return self.owed_turn or bool(self.unanswered)
+
+
+def is_terminal_failure(payload: Mapping[str, Any]) -> bool:
+    """A terminal failed assistant message: it answers nothing and never enters model context."""
+    return payload.get("stopReason") in TERMINAL_FAILURE_STOP_REASONS
+
+
+def account_inputs(events: Iterable[LoggedEvent], read_watermark: int = 0) -> InputAccount:
+    """Fold a session's log (in seq order) into its input account."""
+    inputs: list[int] = []
+    answered: set[int] = set()
+    first_tracked: int | None = None
+    latest_stop: str | None = None
+    latest_failed = False
+    for event in events:
+        if event.kind == Kind.USER_MESSAGE:
+            inputs.append(event.seq)
+        elif event.kind == Kind.ASSISTANT_MESSAGE:
+            payload = event.payload
+            latest_failed = is_terminal_failure(payload)
+            stop = payload.get("stopReason")
+            latest_stop = stop if isinstance(stop, str) else None
+            seqs = payload.get("inputSeqs")
+            if isinstance(seqs, list):
+                if first_tracked is None:
+                    first_tracked = event.seq
+                if not latest_failed:
+                    answered.update(s for s in seqs if isinstance(s, int))
+
+    def is_answered(seq: int) -> bool:
+        if seq in answered:
+            return True
+        legacy = first_tracked is None or seq < first_tracked
+        return legacy and seq <= read_watermark
+
+    unanswered = tuple(s for s in inputs if not is_answered(s))
+    owed = latest_failed or latest_stop == _TOOL_USE
+    return InputAccount(unanswered=unanswered, owed_turn=owed)

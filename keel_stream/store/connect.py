@@ -1,0 +1,46 @@
+"""Connections and pools: JSON codecs set once, so jsonb columns read and write Python values."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+import orjson
+
+from keel_stream.store.driver_errors import translated
+
+__all__ = ["connect", "create_pool", "init_connection"]
+
+
+def _encode_json(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+async def init_connection(conn: asyncpg.Connection) -> None:
+    """Per-connection set-up: json and jsonb use orjson."""
+    for type_name in ("json", "jsonb"):
+        await conn.set_type_codec(
+            type_name,
+            encoder=_encode_json,
+            decoder=orjson.loads,
+            schema="pg_catalog",
+            format="text",
+        )
+
+
+async def connect(dsn: str) -> asyncpg.Connection:
+    """One connection with keel's codecs."""
+    async with translated("connect"):
+        conn = await asyncpg.connect(dsn)
+        await init_connection(conn)
+    return conn
+
+
+async def create_pool(dsn: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:
+    """A pool with keel's codecs on every connection."""
+    async with translated("connect"):
+        pool = await asyncpg.create_pool(
+            dsn, min_size=min_size, max_size=max_size, init=init_connection
+        )
+    assert pool is not None
+    return pool

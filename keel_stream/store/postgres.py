@@ -1,0 +1,195 @@
+"""The PostgreSQL ledger: the commit transaction and the reads."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Final
+
+import asyncpg
+
+from keel_stream.errors import (
+    ExternalSession,
+    ExternalSessionClosed,
+    IdempotencyConflict,
+    InvalidPage,
+    InvalidPayload,
+    LeaseFenced,
+    NotExternalSession,
+    PayloadRule,
+    SessionExists,
+    SessionNotFound,
+    TenantExists,
+    TenantNotFound,
+)
+from keel_stream.kernel.commits import PreparedCommit, check_identifier, prepare
+from keel_stream.kernel.delivery import Delivery, with_effective_delivery
+from keel_stream.kernel.types import CommitRequest, Event, Submission
+from keel_stream.kernel.vocabulary import CommitClass, Kind
+from keel_stream.store.driver_errors import translated
+from keel_stream.store.protocol import ExternalMarkers, ExternalStatus
+from keel_stream.store.sqlfiles import query
+
+__all__ = ["MAX_READ_LIMIT", "PostgresLedger"]
+
+MAX_READ_LIMIT: Final = 1000
+_EXTERNAL: Final = "external"
+
+
+class PostgresLedger:
+    """The ledger on an asyncpg pool. Implements keel_stream.store.protocol.Ledger."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+
+    async def create_tenant(self, tenant_id: str, name: str = "") -> None:
+        check_identifier(tenant_id, "tenant")
+        async with translated("create tenant"):
+            created = await self._pool.fetchval(query("insert_tenant"), tenant_id, name)
+        if created is None:
+            raise TenantExists(f"tenant {tenant_id!r} already exists")
+
+    async def create_session(
+        self, tenant_id: str, session_id: str | None = None, external: ExternalMarkers | None = None
+    ) -> str:
+        check_identifier(tenant_id, "tenant")
+        session_id = check_identifier(session_id or str(uuid.uuid4()), "session")
+        markers = (
+            (_EXTERNAL, external.backend, external.ref, external.status, external.metering)
+            if external is not None
+            else ("keel", None, None, None, None)
+        )
+        async with translated("create session"), self._pool.acquire() as conn:
+            created = await conn.fetchval(query("insert_session"), tenant_id, session_id, *markers)
+            if created is None:
+                if not await conn.fetchval(query("tenant_exists"), tenant_id):
+                    raise TenantNotFound(f"tenant {tenant_id!r} does not exist")
+                raise SessionExists(f"session {session_id!r} already exists")
+        return session_id
+
+    async def commit(self, request: CommitRequest) -> Submission:
+        prepared = prepare(request)
+        async with translated("commit"), self._pool.acquire() as conn, conn.transaction():
+            return await self._commit_locked(conn, prepared)
+
+    async def _commit_locked(self, conn: asyncpg.Connection, commit: PreparedCommit) -> Submission:
+        tenant, session = commit.tenant_id, commit.session_id
+        row = await conn.fetchrow(query("lock_session"), tenant, session)
+        if row is None:
+            raise SessionNotFound(f"session {session!r} not found")
+        await self._check_ownership(conn, commit, row["state_owner"], row["external_status"])
+        if commit.dedupe_key is not None:
+            original = await conn.fetchrow(
+                query("find_by_dedupe_key"), tenant, session, commit.dedupe_key
+            )
+            if original is not None:
+                return self._replayed(commit, original)
+        payload = commit.payload
+        if commit.kind is Kind.USER_MESSAGE and payload.get("delivery") == Delivery.GUIDE:
+            payload = with_effective_delivery(payload, await self._attempt_active(conn, commit))
+        if commit.kind is Kind.TOOL_RESULT:
+            exists = await conn.fetchval(query("tool_call_exists"), tenant, session, commit.key)
+            if not exists:
+                raise InvalidPayload(
+                    PayloadRule.TOOL_CALL_NOT_FOUND,
+                    f"no committed assistant call has toolCallId {commit.key!r}",
+                )
+        appended = await conn.fetchrow(
+            query("append_event"),
+            tenant,
+            session,
+            commit.kind.value,
+            payload,
+            commit.dedupe_key,
+            commit.digest,
+        )
+        return Submission(
+            created=True,
+            seq=appended["seq"],
+            kind=commit.kind.value,
+            key=commit.key,
+            committed_at=appended["committed_at"],
+        )
+
+    async def _check_ownership(
+        self,
+        conn: asyncpg.Connection,
+        commit: PreparedCommit,
+        state_owner: str,
+        external_status: str | None,
+    ) -> None:
+        """The class gate, decided under the session row lock."""
+        is_external = state_owner == _EXTERNAL
+        match commit.spec.commit_class:
+            case CommitClass.EDGE if is_external:
+                raise ExternalSession(f"session {commit.session_id!r} is owned externally")
+            case CommitClass.EXTERNAL if not is_external:
+                raise NotExternalSession(f"session {commit.session_id!r} is not external")
+            case CommitClass.EXTERNAL if external_status == ExternalStatus.CLOSED:
+                raise ExternalSessionClosed(f"external session {commit.session_id!r} is closed")
+            case CommitClass.OWNER:
+                await self._check_fence(conn, commit, is_external)
+
+    async def _check_fence(
+        self, conn: asyncpg.Connection, commit: PreparedCommit, is_external: bool
+    ) -> None:
+        assert commit.lease is not None
+        if is_external:
+            raise ExternalSession(f"session {commit.session_id!r} has no native owner")
+        run = await conn.fetchrow(query("share_lock_run"), commit.tenant_id, commit.session_id)
+        if (
+            run is None
+            or run["lease_owner"] != commit.lease.owner
+            or run["lease_epoch"] != commit.lease.epoch
+        ):
+            raise LeaseFenced(
+                f"lease {commit.lease.owner}@{commit.lease.epoch} does not hold session "
+                f"{commit.session_id!r}"
+            )
+
+    async def _attempt_active(self, conn: asyncpg.Connection, commit: PreparedCommit) -> bool:
+        run = await conn.fetchrow(query("share_lock_run"), commit.tenant_id, commit.session_id)
+        return run is not None and bool(run["attempt_active"])
+
+    @staticmethod
+    def _replayed(commit: PreparedCommit, original: asyncpg.Record) -> Submission:
+        if original["kind"] != commit.kind.value or original["request_digest"] != commit.digest:
+            raise IdempotencyConflict(
+                f"{commit.spec.key_field} {commit.key!r} was already committed at seq "
+                f"{original['seq']} with a different payload"
+            )
+        return Submission(
+            created=False,
+            seq=original["seq"],
+            kind=commit.kind.value,
+            key=commit.key,
+            committed_at=original["committed_at"],
+        )
+
+    async def read_events(
+        self, tenant_id: str, session_id: str, after: int = 0, limit: int = 100
+    ) -> list[Event]:
+        if after < 0 or not 1 <= limit <= MAX_READ_LIMIT:
+            raise InvalidPage(f"after must be >= 0 and limit within 1..{MAX_READ_LIMIT}")
+        await self.head(tenant_id, session_id)
+        async with translated("read events"):
+            rows = await self._pool.fetch(query("read_events"), tenant_id, session_id, after, limit)
+        return [
+            Event(
+                tenant=tenant_id,
+                session=session_id,
+                seq=row["seq"],
+                kind=row["kind"],
+                payload=row["payload"],
+                committed_at=row["committed_at"],
+            )
+            for row in rows
+        ]
+
+    async def head(self, tenant_id: str, session_id: str) -> int:
+        check_identifier(tenant_id, "tenant")
+        check_identifier(session_id, "session")
+        async with translated("read head"):
+            last_seq = await self._pool.fetchval(query("session_head"), tenant_id, session_id)
+        if last_seq is None:
+            raise SessionNotFound(f"session {session_id!r} not found")
+        return int(last_seq)

@@ -1,0 +1,1 @@
+"""Projections: pure folds over the ledger, hosted by Faust."""

@@ -1,0 +1,77 @@
+"""Shared fixtures: a real PostgreSQL per run, a fresh database per test."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+
+import asyncpg
+import pytest
+
+from keel_stream.store import PostgresLedger, connect, create_pool, migrate
+from tests.support.postgres import (
+    PgServer,
+    create_database,
+    database_url,
+    drop_database,
+    find_postgres,
+    unique_name,
+)
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    try:
+        with find_postgres() as server:
+            yield server
+    except RuntimeError as exc:
+        pytest.exit(str(exc), returncode=3)
+
+
+async def _migrated_template(server: PgServer) -> str:
+    name = unique_name("keel_tpl")
+    await create_database(server.admin_dsn, name)
+    conn = await connect(database_url(server.admin_dsn, name))
+    try:
+        await migrate(conn)
+    finally:
+        await conn.close()
+    return name
+
+
+@pytest.fixture(scope="session")
+def template_database(pg_server: PgServer) -> Iterator[str]:
+    """A database migrated once per run; each test copies it."""
+    name = asyncio.run(_migrated_template(pg_server))
+    yield name
+    asyncio.run(drop_database(pg_server.admin_dsn, name))
+
+
+@pytest.fixture
+async def empty_database_dsn(pg_server: PgServer) -> AsyncIterator[str]:
+    """A fresh database with no schema at all."""
+    name = unique_name("keel_empty")
+    await create_database(pg_server.admin_dsn, name)
+    yield database_url(pg_server.admin_dsn, name)
+    await drop_database(pg_server.admin_dsn, name)
+
+
+@pytest.fixture
+async def database_dsn(pg_server: PgServer, template_database: str) -> AsyncIterator[str]:
+    """A fresh, migrated database for one test."""
+    name = unique_name("keel_t")
+    await create_database(pg_server.admin_dsn, name, template=template_database)
+    yield database_url(pg_server.admin_dsn, name)
+    await drop_database(pg_server.admin_dsn, name)
+
+
+@pytest.fixture
+async def pool(database_dsn: str) -> AsyncIterator[asyncpg.Pool]:
+    pool = await create_pool(database_dsn, min_size=1, max_size=10)
+    yield pool
+    await pool.close()
+
+
+@pytest.fixture
+def ledger(pool: asyncpg.Pool) -> PostgresLedger:
+    return PostgresLedger(pool)

@@ -1,0 +1,91 @@
+"""The console script, run as a user would."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support.postgres import PgServer, create_database, database_url, unique_name
+
+KEEL = [sys.executable, "-m", "keel_stream"]
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*KEEL, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+
+
+async def test_migrate_command_is_rerunnable(pg_server: PgServer) -> None:
+    name = unique_name("keel_cli")
+    await create_database(pg_server.admin_dsn, name)
+    dsn = database_url(pg_server.admin_dsn, name)
+    first = run("migrate", "--database-url", dsn)
+    assert first.returncode == 0, first.stderr
+    assert "applied: 0001_tenants.sql" in first.stdout
+    second = run("migrate", env={"KEEL_DATABASE_URL": dsn})
+    assert second.returncode == 0, second.stderr
+    assert "applied: nothing new" in second.stdout
+
+
+def test_migrate_without_a_database_is_a_clear_error() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "KEEL_DATABASE_URL"}
+    result = subprocess.run(
+        [*KEEL, "migrate"], capture_output=True, text=True, env=env, timeout=60, check=False
+    )
+    assert result.returncode == 2
+    assert "missing_database_url" in result.stderr
+
+
+def test_migrate_against_unreachable_database_fails_with_a_code() -> None:
+    result = run("migrate", "--database-url", "postgresql://nobody@127.0.0.1:1/none")
+    assert result.returncode == 1
+    assert "store_unavailable" in result.stderr
+
+
+def test_dev_runs_embedded_until_sigterm_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "KEEL_DATABASE_URL"}
+    env["KEEL_DATA_DIR"] = str(tmp_path / "keel")
+    log = tmp_path / "dev.log"
+    with (
+        log.open("w") as stderr,
+        subprocess.Popen(
+            [*KEEL, "dev"], stdout=subprocess.PIPE, stderr=stderr, text=True, env=env
+        ) as proc,
+    ):
+        try:
+            assert proc.stdout is not None
+            deadline = time.monotonic() + 90
+            lines: list[str] = []
+            while time.monotonic() < deadline and not (lines and lines[-1].startswith("ready")):
+                line = proc.stdout.readline()
+                if not line:
+                    break
+                lines.append(line)
+            assert any(line.startswith("schema version") for line in lines), log.read_text()
+            assert lines[-1].startswith("ready"), log.read_text()
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=60) == 0, log.read_text()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    pid_file = tmp_path / "keel" / "postgres" / "postmaster.pid"
+    assert not pid_file.exists(), "embedded PostgreSQL must be stopped with dev"
+
+
+@pytest.mark.parametrize("command", ["--help", "migrate --help", "dev --help"])
+def test_help(command: str) -> None:
+    result = run(*command.split())
+    assert result.returncode == 0
+    assert "Usage" in result.stdout
