@@ -4,24 +4,76 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import typer
 
+from keel_stream.analytics.tail import TailOptions, tail
 from keel_stream.dev.postgres import EmbeddedPostgres
 from keel_stream.errors import KeelError
+from keel_stream.kafka.broker import EmbeddedBroker
 from keel_stream.logs import configure_logging, get_logger
+from keel_stream.relay import Relay, RelayConfig, Shard, republish
 from keel_stream.settings import KeelSettings
-from keel_stream.store import MigrationReport, connect, migrate
+from keel_stream.store import MigrationReport, connect, create_pool, migrate
+from topics.admin import apply_catalog, describe_topics
+from topics.catalog import EVENTS
 
 __all__ = ["app", "main"]
 
+T = TypeVar("T")
+
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+topics_app = typer.Typer(no_args_is_help=True, help="The topic catalog on the broker.")
+app.add_typer(topics_app, name="topics")
 
 DatabaseUrl = Annotated[
-    str | None, typer.Option("--database-url", help="PostgreSQL URL (default: $KEEL_DATABASE_URL).")
+    str | None, typer.Option("--database-url", help="PostgreSQL URL ($KEEL_DATABASE_URL).")
 ]
+Bootstrap = Annotated[
+    str | None, typer.Option("--bootstrap", help="Kafka bootstrap servers ($KEEL_KAFKA_BOOTSTRAP).")
+]
+
+
+def _settings() -> KeelSettings:
+    settings = KeelSettings()
+    configure_logging(settings.log_level)
+    return settings
+
+
+def _fail(code: str, message: str, exit_code: int = 1) -> typer.Exit:
+    typer.echo(f"error [{code}]: {message}", err=True)
+    return typer.Exit(code=exit_code)
+
+
+def _require(value: str | None, code: str, hint: str) -> str:
+    if value is None:
+        raise _fail(code, hint, exit_code=2)
+    return value
+
+
+def _run(work: Awaitable[T]) -> T:
+    """Run a coroutine; keel errors become one line with their code and exit status 1."""
+    try:
+        return asyncio.run(_as_coroutine(work))
+    except KeelError as exc:
+        raise _fail(exc.error_code, exc.message) from exc
+
+
+async def _as_coroutine(work: Awaitable[T]) -> T:
+    return await work
+
+
+async def _until_signalled(body: Callable[[asyncio.Event], Awaitable[None]]) -> None:
+    """Run body(stop) with SIGINT/SIGTERM setting stop (handlers installed first)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await body(stop)
 
 
 async def _migrate(dsn: str) -> MigrationReport:
@@ -32,14 +84,6 @@ async def _migrate(dsn: str) -> MigrationReport:
         await conn.close()
 
 
-def _run_migrations(dsn: str) -> MigrationReport:
-    try:
-        return asyncio.run(_migrate(dsn))
-    except KeelError as exc:
-        typer.echo(f"error [{exc.error_code}]: {exc.message}", err=True)
-        raise typer.Exit(code=1) from exc
-
-
 def _report(report: MigrationReport) -> None:
     applied = ", ".join(report.applied) if report.applied else "nothing new"
     typer.echo(f"schema version {report.version} (applied: {applied})")
@@ -48,61 +92,204 @@ def _report(report: MigrationReport) -> None:
 @app.command("migrate")
 def migrate_command(database_url: DatabaseUrl = None) -> None:
     """Apply the schema migrations (safe to re-run; stops on the first error)."""
-    settings = KeelSettings()
-    configure_logging(settings.log_level)
-    dsn = database_url or settings.database_url
-    if dsn is None:
-        typer.echo(
-            "error [missing_database_url]: set KEEL_DATABASE_URL or --database-url", err=True
-        )
-        raise typer.Exit(code=2)
-    _report(_run_migrations(dsn))
+    settings = _settings()
+    dsn = _require(
+        database_url or settings.database_url,
+        "missing_database_url",
+        "set KEEL_DATABASE_URL or --database-url",
+    )
+    _report(_run(_migrate(dsn)))
 
 
-async def _serve_until_stopped(dsn: str) -> None:
-    """Migrate, report, and wait for SIGINT/SIGTERM (handlers set before "ready" is printed)."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    _report(await _migrate(dsn))
-    typer.echo(f"database: {dsn}")
-    typer.echo("ready; Ctrl-C or SIGTERM stops")
-    await stop.wait()
+@topics_app.command("apply")
+def topics_apply(bootstrap: Bootstrap = None) -> None:
+    """Create missing topics and report configuration drift."""
+    settings = _settings()
+    servers = _require(
+        bootstrap or settings.kafka_bootstrap, "missing_kafka_bootstrap", "set KEEL_KAFKA_BOOTSTRAP"
+    )
+    report = _run(apply_catalog(servers, settings.topic_prefix))
+    for name in report.created:
+        typer.echo(f"created  {name}")
+    for name in report.existing:
+        typer.echo(f"exists   {name}")
+    for line in report.drift:
+        typer.echo(f"drift    {line}")
+    if not report.clean:
+        raise typer.Exit(code=3)
+
+
+@topics_app.command("describe")
+def topics_describe(
+    bootstrap: Bootstrap = None,
+    group: Annotated[list[str] | None, typer.Option(help="Consumer group to show lag for.")] = None,
+) -> None:
+    """Partitions, offsets (log start, high-water) and consumer-group lag."""
+    settings = _settings()
+    servers = _require(
+        bootstrap or settings.kafka_bootstrap, "missing_kafka_bootstrap", "set KEEL_KAFKA_BOOTSTRAP"
+    )
+    groups = group or []
+    states = _run(describe_topics(servers, settings.topic_prefix, groups))
+    header = f"{'topic':<32} {'part':>4} {'start':>10} {'high':>10}"
+    typer.echo(header + "".join(f" {'lag:' + g:>16}" for g in groups))
+    for s in states:
+        lags = "".join(f" {s.lag(g):>16}" for g in groups)
+        typer.echo(f"{s.topic:<32} {s.partition:>4} {s.log_start:>10} {s.high_water:>10}{lags}")
+
+
+def _relay_config(
+    settings: KeelSettings, dsn: str, servers: str, shard: int, shards: int | None
+) -> RelayConfig:
+    return RelayConfig(
+        database_url=dsn,
+        bootstrap=servers,
+        topic_prefix=settings.topic_prefix,
+        shard=Shard(index=shard, count=shards or settings.relay_shards),
+        batch_size=settings.relay_batch_size,
+        poll_interval_s=settings.relay_poll_interval_s,
+    )
+
+
+@app.command("relay")
+def relay_command(
+    database_url: DatabaseUrl = None,
+    bootstrap: Bootstrap = None,
+    shard: Annotated[int, typer.Option(help="Outbox shard this relay serves.")] = 0,
+    shards: Annotated[int | None, typer.Option(help="Shard count ($KEEL_RELAY_SHARDS).")] = None,
+    metrics_port: Annotated[int | None, typer.Option(help="Serve /metrics on this port.")] = None,
+) -> None:
+    """Publish the outbox to Kafka until SIGTERM (one active relay per shard, others stand by)."""
+    settings = _settings()
+    dsn = _require(database_url or settings.database_url, "missing_database_url", "set it")
+    servers = _require(
+        bootstrap or settings.kafka_bootstrap, "missing_kafka_bootstrap", "set KEEL_KAFKA_BOOTSTRAP"
+    )
+    port = metrics_port or settings.metrics_port
+    if port is not None:
+        from prometheus_client import start_http_server
+
+        start_http_server(port, addr="127.0.0.1")
+    relay = Relay(_relay_config(settings, dsn, servers, shard, shards))
+    _run(_until_signalled(relay.run))
+
+
+@app.command("republish")
+def republish_command(
+    database_url: DatabaseUrl = None,
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant.")] = None,
+    session: Annotated[str | None, typer.Option(help="Only this session.")] = None,
+    after_seq: Annotated[int, typer.Option(help="Only events with a greater seq.")] = 0,
+) -> None:
+    """Re-seed keel.events.v1 from the ledger (the relay publishes what this enqueues)."""
+    settings = _settings()
+    dsn = _require(database_url or settings.database_url, "missing_database_url", "set it")
+
+    async def work() -> None:
+        pool = await create_pool(dsn, max_size=2)
+        try:
+            report = await republish(pool, tenant=tenant, session=session, after_seq=after_seq)
+        finally:
+            await pool.close()
+        typer.echo(f"enqueued {report.events} events of {report.sessions} sessions")
+
+    _run(work())
+
+
+@app.command("tail")
+def tail_command(
+    bootstrap: Bootstrap = None,
+    from_beginning: Annotated[
+        bool, typer.Option("--from-beginning/--from-end", help="Where a new group starts.")
+    ] = True,
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant's events.")] = None,
+    kind: Annotated[list[str] | None, typer.Option(help="Only these kinds (repeatable).")] = None,
+    group: Annotated[str | None, typer.Option(help="Consumer group (default: a new one).")] = None,
+    limit: Annotated[int | None, typer.Option(help="Stop after this many events.")] = None,
+    no_dedupe: Annotated[bool, typer.Option("--no-dedupe", help="Show duplicates too.")] = False,
+) -> None:
+    """Print keel.events.v1 as JSON lines, de-duplicated by (tenant, session, seq)."""
+    settings = _settings()
+    servers = _require(
+        bootstrap or settings.kafka_bootstrap, "missing_kafka_bootstrap", "set KEEL_KAFKA_BOOTSTRAP"
+    )
+    options = TailOptions(
+        bootstrap=servers,
+        topic=EVENTS.full_name(settings.topic_prefix),
+        from_beginning=from_beginning,
+        tenant=tenant,
+        kinds=frozenset(kind or []),
+        dedupe=not no_dedupe,
+        limit=limit,
+        **({"group": group} if group else {}),
+    )
+
+    def emit(line: bytes) -> None:
+        sys.stdout.buffer.write(line + b"\n")
+        sys.stdout.buffer.flush()
+
+    async def body(stop: asyncio.Event) -> None:
+        await tail(options, emit, stop)
+
+    try:
+        _run(_until_signalled(body))
+    except LookupError as exc:
+        raise _fail("topic_missing", str(exc)) from exc
 
 
 @app.command("dev")
 def dev_command(
     database_url: DatabaseUrl = None,
+    bootstrap: Bootstrap = None,
     data_dir: Annotated[
         Path | None, typer.Option(help="Data directory for embedded servers ($KEEL_DATA_DIR).")
     ] = None,
-    once: Annotated[bool, typer.Option(help="Report and exit instead of serving.")] = False,
+    once: Annotated[bool, typer.Option(help="Start, report and exit instead of serving.")] = False,
 ) -> None:
-    """Run the platform on its embedded defaults (or on KEEL_DATABASE_URL)."""
-    settings = KeelSettings()
-    configure_logging(settings.log_level)
+    """Run the platform on its embedded defaults (or KEEL_DATABASE_URL, KEEL_KAFKA_BOOTSTRAP)."""
+    settings = _settings()
     log = get_logger("dev")
+    root = data_dir or settings.data_dir
     dsn = database_url or settings.database_url
-    embedded: EmbeddedPostgres | None = None
-    if dsn is None:
-        embedded = EmbeddedPostgres((data_dir or settings.data_dir) / "postgres")
-        dsn = embedded.start()
-        log.info("embedded postgres started", log_file=str(embedded.log_file))
+    servers = bootstrap or settings.kafka_bootstrap
+    postgres = EmbeddedPostgres(root / "postgres") if dsn is None else None
+    broker = EmbeddedBroker(log_path=_log_path(root, "broker.log")) if servers is None else None
     try:
-        if once:
-            _report(_run_migrations(dsn))
-            typer.echo(f"database: {dsn}")
-            return
-        try:
-            asyncio.run(_serve_until_stopped(dsn))
-        except KeelError as exc:
-            typer.echo(f"error [{exc.error_code}]: {exc.message}", err=True)
-            raise typer.Exit(code=1) from exc
+        if postgres is not None:
+            dsn = postgres.start()
+            log.info("embedded postgres started", log_file=str(postgres.log_file))
+        if broker is not None:
+            servers = broker.start()
+            log.info("embedded broker started", bootstrap=servers)
+        assert dsn is not None
+        assert servers is not None
+        _run(_until_signalled(lambda stop: _dev(settings, dsn, servers, stop, once)))
     finally:
-        if embedded is not None:
-            embedded.stop()
+        if broker is not None:
+            broker.stop()
+            log.info("embedded broker stopped")
+        if postgres is not None:
+            postgres.stop()
             log.info("embedded postgres stopped")
+
+
+def _log_path(root: Path, name: str) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    return root / name
+
+
+async def _dev(
+    settings: KeelSettings, dsn: str, servers: str, stop: asyncio.Event, once: bool
+) -> None:
+    _report(await _migrate(dsn))
+    topics = await apply_catalog(servers, settings.topic_prefix)
+    typer.echo(f"database: {dsn}")
+    typer.echo(f"kafka: {servers} (topics: {len(topics.created)} created)")
+    if once:
+        return
+    relay = Relay(_relay_config(settings, dsn, servers, 0, 1))
+    typer.echo("ready; Ctrl-C or SIGTERM stops")
+    await relay.run(stop)
 
 
 def main() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["KeelSettings"]
@@ -16,6 +17,16 @@ class KeelSettings(BaseSettings):
 
     database_url: str | None = None
     """PostgreSQL to use; unset: `keel-stream dev` starts an embedded one in data_dir."""
+    kafka_bootstrap: str | None = None
+    """Kafka bootstrap servers; unset: `keel-stream dev` starts an embedded broker."""
+    topic_prefix: str = ""
+    """Prepended to every topic name (one cluster, several environments)."""
     data_dir: Path = Path(".keel")
     """Where embedded servers keep their data."""
     log_level: str = "info"
+    relay_batch_size: int = Field(default=500, ge=1, le=10_000)
+    relay_poll_interval_s: float = Field(default=1.0, gt=0)
+    """Poll fallback when no NOTIFY arrives; also how often a standby tries to take over."""
+    relay_shards: int = Field(default=1, ge=1)
+    metrics_port: int | None = None
+    """Serve Prometheus metrics on this port (relay); unset: not served."""

@@ -9,6 +9,7 @@ import asyncpg
 import pytest
 
 from keel_stream.store import PostgresLedger, connect, create_pool, migrate
+from tests.support.kafka import KafkaServer, find_kafka
 from tests.support.postgres import (
     PgServer,
     create_database,
@@ -17,6 +18,7 @@ from tests.support.postgres import (
     find_postgres,
     unique_name,
 )
+from topics.admin import apply_catalog
 
 
 @pytest.fixture(scope="session")
@@ -75,3 +77,20 @@ async def pool(database_dsn: str) -> AsyncIterator[asyncpg.Pool]:
 @pytest.fixture
 def ledger(pool: asyncpg.Pool) -> PostgresLedger:
     return PostgresLedger(pool)
+
+
+@pytest.fixture(scope="session")
+def kafka() -> Iterator[KafkaServer]:
+    try:
+        with find_kafka() as server:
+            yield server
+    except RuntimeError as exc:
+        pytest.exit(str(exc), returncode=3)
+
+
+@pytest.fixture
+async def topic_prefix(kafka: KafkaServer) -> str:
+    """A fresh topic namespace for one test, with the catalog applied."""
+    prefix = f"{unique_name('t')}."
+    await apply_catalog(kafka.bootstrap, prefix)
+    return prefix

@@ -1,1 +1,16 @@
-"""Topic catalog and record schemas (see docs/topics.md once the relay lands)."""
+"""Topic catalog, record models and JSON Schemas; `topics.admin` applies them to a broker."""
+
+from topics.catalog import CATALOG, EVENTS, PARTIALS, SSE, TopicSpec, spec_named
+from topics.records import EventRecord, PartialFrame, SseFrame
+
+__all__ = [
+    "CATALOG",
+    "EVENTS",
+    "PARTIALS",
+    "SSE",
+    "EventRecord",
+    "PartialFrame",
+    "SseFrame",
+    "TopicSpec",
+    "spec_named",
+]

@@ -45,12 +45,23 @@ class Submission(_Frozen):
     committed_at: datetime = Field(alias="committedAt")
 
 
-class Event(_Frozen):
-    """A committed event as readers see it; also the record value on keel.events.v1."""
+class Event(BaseModel):
+    """A committed event as readers see it; also the record value on keel.events.v1.
 
-    tenant: str
-    session: str
-    seq: int = Field(ge=1)
-    kind: str
-    payload: dict[str, Any]
-    committed_at: datetime = Field(alias="committedAt")
+    Unknown fields are ignored when reading, so consumers keep working as the record grows
+    (a .v1 topic only ever gains fields).
+    """
+
+    model_config = ConfigDict(
+        frozen=True, extra="ignore", validate_by_name=True, serialize_by_alias=True
+    )
+
+    tenant: str = Field(description="The tenant id.")
+    session: str = Field(description="The session id, unique within its tenant.")
+    seq: int = Field(ge=1, description="Dense per-session sequence number: 1, 2, 3, ...")
+    kind: str = Field(
+        description="One of: user.message, assistant.message, tool.result, compaction, "
+        "run.finished, run.started, run.failed, external.event."
+    )
+    payload: dict[str, Any] = Field(description="The payload as committed.")
+    committed_at: datetime = Field(alias="committedAt", description="Commit time (UTC).")

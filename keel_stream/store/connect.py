@@ -28,10 +28,11 @@ async def init_connection(conn: asyncpg.Connection) -> None:
         )
 
 
-async def connect(dsn: str) -> asyncpg.Connection:
-    """One connection with keel's codecs."""
+async def connect(dsn: str, *, application_name: str | None = None) -> asyncpg.Connection:
+    """One connection with keel's codecs (application_name shows in pg_stat_activity)."""
+    settings = {"application_name": application_name} if application_name else None
     async with translated("connect"):
-        conn = await asyncpg.connect(dsn)
+        conn = await asyncpg.connect(dsn, server_settings=settings)
         await init_connection(conn)
     return conn
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+
 import asyncpg
 
-from keel_stream.kernel import LeaseToken
+from keel_stream.kernel import CommitRequest, LeaseToken
+from keel_stream.store import PostgresLedger
 
 
 async def grant_lease(
@@ -35,3 +39,34 @@ async def counts(pool: asyncpg.Pool) -> tuple[int, int]:
     )
     assert row is not None
     return int(row["events"]), int(row["outbox"])
+
+
+async def commit_round_robin(
+    ledger: PostgresLedger, sessions: list[str], total: int, writers: int = 10, start: int = 0
+) -> None:
+    """Commit `total` new user messages (numbered from `start`) over the sessions, concurrently."""
+    counter = itertools.count(start)
+    total += start
+
+    async def writer() -> None:
+        while (i := next(counter)) < total:
+            await ledger.commit(
+                CommitRequest(
+                    tenant_id="acme",
+                    session_id=sessions[i % len(sessions)],
+                    kind="user.message",
+                    payload={"text": f"event {i}"},
+                    key=f"r{i}",
+                )
+            )
+
+    await asyncio.gather(*(writer() for _ in range(writers)))
+
+
+async def make_sessions(ledger: PostgresLedger, count: int) -> list[str]:
+    await ledger.create_tenant("acme")
+    return [await ledger.create_session("acme", f"s{i:02d}") for i in range(count)]
+
+
+async def outbox_empty(pool: asyncpg.Pool) -> bool:
+    return await pool.fetchval("SELECT count(*) FROM outbox") == 0

@@ -9,6 +9,7 @@ Each test then gets its own database, created from a migrated template.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import secrets
 import tempfile
@@ -43,17 +44,23 @@ def unique_name(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(6)}"
 
 
+@functools.cache
 def docker_engine_answers() -> bool:
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+    """Whether a Docker engine answers a ping (asked once per run)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
             import docker
 
             client = docker.from_env(timeout=3)
+        except Exception:
+            return False
+        try:
             client.ping()
+        except Exception:
+            return False
+        finally:
             client.close()
-    except Exception:
-        return False
     return True
 
 

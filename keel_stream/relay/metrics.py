@@ -1,0 +1,22 @@
+"""Relay metrics (Prometheus): backlog, age of the oldest unpublished event, publish latency."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from prometheus_client import Counter, Gauge, Histogram
+
+__all__ = ["ACTIVE", "BACKLOG", "FAILURES", "OLDEST_AGE", "PUBLISHED", "PUBLISH_LATENCY"]
+
+BACKLOG: Final = Gauge("keel_relay_backlog_events", "Events in the outbox not yet published")
+OLDEST_AGE: Final = Gauge(
+    "keel_relay_oldest_unpublished_seconds", "Age of the oldest event not yet published"
+)
+PUBLISH_LATENCY: Final = Histogram(
+    "keel_relay_publish_latency_seconds",
+    "From commit to the broker's acknowledgement",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
+PUBLISHED: Final = Counter("keel_relay_published_events", "Events the broker acknowledged")
+FAILURES: Final = Counter("keel_relay_publish_failures", "Batches the broker did not fully ack")
+ACTIVE: Final = Gauge("keel_relay_active", "1 while this process is the active relay of its shard")

@@ -1,0 +1,1 @@
+DELETE FROM outbox WHERE id = ANY($1::bigint[]);

@@ -1,0 +1,190 @@
+"""Applying the catalog to a broker, and describing what is there.
+
+apply creates every missing topic explicitly (a broker may auto-create an unknown topic with
+default settings the moment a client asks for its metadata, so nothing may touch a topic before
+apply ran) and reports configuration drift without changing existing topics.
+
+describe reads each partition's high-water mark from fetched data rather than from ListOffsets
+alone: some Kafka-protocol brokers answer ListOffsets "latest" wrongly after multi-record
+batches, and fetch responses carry the right high-water mark on every broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass, field
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+from topics.catalog import CATALOG, TopicSpec
+
+__all__ = ["ApplyReport", "PartitionState", "admin_client", "apply_catalog", "describe_topics"]
+
+_TOPIC_ALREADY_EXISTS = 36
+
+
+@dataclass
+class ApplyReport:
+    """What apply did and what it found different from the catalog."""
+
+    created: list[str] = field(default_factory=list)
+    existing: list[str] = field(default_factory=list)
+    drift: list[str] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        return not self.drift
+
+
+@contextlib.asynccontextmanager
+async def admin_client(bootstrap: str) -> AsyncIterator[AIOKafkaAdminClient]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+    await admin.start()
+    try:
+        yield admin
+    finally:
+        await admin.close()
+
+
+async def _partition_counts(admin: AIOKafkaAdminClient, names: list[str]) -> dict[str, int]:
+    topics = await admin.describe_topics(names)
+    return {t["topic"]: len(t["partitions"]) for t in topics if t["error_code"] == 0}
+
+
+async def _configs(admin: AIOKafkaAdminClient, name: str) -> dict[str, str]:
+    responses = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, name)])
+    found: dict[str, str] = {}
+    for response in responses:
+        for resource in response.resources:
+            for entry in resource[4]:
+                found[entry[0]] = entry[1]
+    return found
+
+
+async def apply_catalog(
+    bootstrap: str, prefix: str = "", catalog: Iterable[TopicSpec] = CATALOG
+) -> ApplyReport:
+    """Create missing topics; report partitions and configs that differ from the catalog."""
+    specs = list(catalog)
+    report = ApplyReport()
+    async with admin_client(bootstrap) as admin:
+        present = set(await admin.list_topics())
+        missing = [s for s in specs if s.full_name(prefix) not in present]
+        if missing:
+            response = await admin.create_topics(
+                [
+                    NewTopic(s.full_name(prefix), s.partitions, 1, topic_configs=s.configs())
+                    for s in missing
+                ]
+            )
+            for name, code, message in (
+                (e[0], e[1], e[2] if len(e) > 2 else None) for e in response.topic_errors
+            ):
+                if code not in (0, _TOPIC_ALREADY_EXISTS):
+                    raise RuntimeError(f"creating topic {name} failed: {code} {message}")
+            report.created = [s.full_name(prefix) for s in missing]
+        existing = [s for s in specs if s.full_name(prefix) in present]
+        report.existing = [s.full_name(prefix) for s in existing]
+        counts = await _partition_counts(admin, [s.full_name(prefix) for s in existing])
+        for spec in existing:
+            name = spec.full_name(prefix)
+            if counts.get(name) != spec.partitions:
+                report.drift.append(
+                    f"{name}: {counts.get(name)} partitions, catalog says {spec.partitions}"
+                )
+            actual = await _configs(admin, name)
+            for key, wanted in spec.configs().items():
+                if key in actual and actual[key] != wanted:
+                    report.drift.append(f"{name}: {key}={actual[key]}, catalog says {wanted}")
+    return report
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """One partition: where its log starts and ends, and how far each group has read."""
+
+    topic: str
+    partition: int
+    log_start: int
+    high_water: int
+    committed: dict[str, int | None]
+
+    def lag(self, group: str) -> int:
+        """Records the group has not read yet (from its committed offset, else the log start)."""
+        offset = self.committed.get(group)
+        return self.high_water - (offset if offset is not None else self.log_start)
+
+
+async def _high_waters(
+    bootstrap: str, partitions: list[TopicPartition]
+) -> dict[TopicPartition, int]:
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_wait_ms=50
+    )
+    await consumer.start()
+    try:
+        consumer.assign(partitions)
+        ends = await consumer.end_offsets(partitions)
+        starts = await consumer.beginning_offsets(partitions)
+        for tp in partitions:
+            consumer.seek(tp, max(starts[tp], ends[tp] - 1))
+        pending = {tp for tp in partitions if ends[tp] > starts[tp]}
+        deadline = asyncio.get_running_loop().time() + 5
+        while pending and asyncio.get_running_loop().time() < deadline:
+            await consumer.getmany(*pending, timeout_ms=200, max_records=1)
+            pending = {tp for tp in pending if consumer.highwater(tp) is None}
+        return {
+            tp: max(consumer.highwater(tp) or 0, ends[tp] if ends[tp] <= starts[tp] else 0)
+            for tp in partitions
+        }
+    finally:
+        await consumer.stop()
+
+
+async def _committed(
+    bootstrap: str, group: str, partitions: list[TopicPartition]
+) -> dict[TopicPartition, int | None]:
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        consumer.assign(partitions)
+        return {tp: await consumer.committed(tp) for tp in partitions}
+    finally:
+        await consumer.stop()
+
+
+async def describe_topics(
+    bootstrap: str, prefix: str = "", groups: Iterable[str] = ()
+) -> list[PartitionState]:
+    """Partitions, log start and high-water offsets, and each group's committed offset."""
+    async with admin_client(bootstrap) as admin:
+        present = set(await admin.list_topics())
+        names = [s.full_name(prefix) for s in CATALOG if s.full_name(prefix) in present]
+        counts = await _partition_counts(admin, names)
+    partitions = [TopicPartition(n, p) for n in names for p in range(counts.get(n, 0))]
+    if not partitions:
+        return []
+    high = await _high_waters(bootstrap, partitions)
+    starts_consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+    await starts_consumer.start()
+    try:
+        starts = await starts_consumer.beginning_offsets(partitions)
+    finally:
+        await starts_consumer.stop()
+    committed = {g: await _committed(bootstrap, g, partitions) for g in groups}
+    return [
+        PartitionState(
+            topic=tp.topic,
+            partition=tp.partition,
+            log_start=starts[tp],
+            high_water=high[tp],
+            committed={g: committed[g][tp] for g in committed},
+        )
+        for tp in partitions
+    ]
