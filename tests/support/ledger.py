@@ -69,4 +69,4 @@ async def make_sessions(ledger: PostgresLedger, count: int) -> list[str]:
 
 
 async def outbox_empty(pool: asyncpg.Pool) -> bool:
-    return await pool.fetchval("SELECT count(*) FROM outbox") == 0
+    return bool(await pool.fetchval("SELECT count(*) FROM outbox") == 0)
