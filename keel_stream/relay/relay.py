@@ -104,6 +104,12 @@ class Relay:
         last_backlog = 0.0
         try:
             while not stop.is_set():
+                if publisher is None:
+                    # Opened before the first batch needs it, so events wait on no handshake.
+                    publisher = await self._open_publisher()
+                    if publisher is None:
+                        await _wait(stop, backoff.next_delay())
+                        continue
                 if time.monotonic() - last_backlog > _BACKLOG_REFRESH_S:
                     backlog = await self._config.shard.backlog(conn)
                     metrics.BACKLOG.set(backlog.events)
@@ -114,11 +120,6 @@ class Relay:
                 if not rows:
                     await _wait(wake, self._config.poll_interval_s)
                     continue
-                if publisher is None:
-                    publisher = await self._open_publisher()
-                    if publisher is None:
-                        await _wait(stop, backoff.next_delay())
-                        continue
                 if await self._publish(conn, publisher, rows):
                     backoff.reset()
                 else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -55,7 +56,11 @@ def test_migrate_against_unreachable_database_fails_with_a_code() -> None:
 
 
 def test_dev_runs_embedded_until_sigterm_and_leaves_nothing_behind(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "KEEL_DATABASE_URL"}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("KEEL_DATABASE_URL", "KEEL_KAFKA_BOOTSTRAP")
+    }
     env["KEEL_DATA_DIR"] = str(tmp_path / "keel")
     log = tmp_path / "dev.log"
     with (
@@ -75,6 +80,9 @@ def test_dev_runs_embedded_until_sigterm_and_leaves_nothing_behind(tmp_path: Pat
                 lines.append(line)
             assert any(line.startswith("schema version") for line in lines), log.read_text()
             assert lines[-1].startswith("ready"), log.read_text()
+            (kafka_line,) = [line for line in lines if line.startswith("kafka: ")]
+            broker_port = int(kafka_line.split()[1].rsplit(":", 1)[1])
+            assert port_open(broker_port), "the embedded broker must be serving"
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(timeout=60) == 0, log.read_text()
         finally:
@@ -82,6 +90,13 @@ def test_dev_runs_embedded_until_sigterm_and_leaves_nothing_behind(tmp_path: Pat
                 proc.kill()
     pid_file = tmp_path / "keel" / "postgres" / "postmaster.pid"
     assert not pid_file.exists(), "embedded PostgreSQL must be stopped with dev"
+    assert not port_open(broker_port), "the embedded broker must be stopped with dev"
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
 @pytest.mark.parametrize("command", ["--help", "migrate --help", "dev --help"])

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from keel_stream.kafka.broker import EmbeddedBroker
 from keel_stream.kafka.records import EventRecordCodec
@@ -81,18 +81,23 @@ async def collect(
     done: Callable[[list[Received]], bool],
     timeout_s: float = 60.0,
 ) -> list[Received]:
-    """Read the topic from the beginning until done(received) or the deadline; arrival order."""
+    """Read the topic from the beginning until done(received) or the deadline; arrival order.
+
+    Partitions are assigned, not joined through a group: a group join costs seconds on some
+    brokers and adds nothing here.
+    """
     consumer = AIOKafkaConsumer(
-        topic,
-        bootstrap_servers=bootstrap,
-        group_id=f"test-{os.urandom(4).hex()}",
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-        fetch_max_wait_ms=50,
+        bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_wait_ms=50
     )
     received: list[Received] = []
     await consumer.start()
     try:
+        await consumer.topics()  # refreshes metadata of all (existing) topics
+        partitions = consumer.partitions_for_topic(topic) or set()
+        assert partitions, f"{topic} has no partitions (was the catalog applied?)"
+        assigned = [TopicPartition(topic, p) for p in sorted(partitions)]
+        consumer.assign(assigned)
+        await consumer.seek_to_beginning(*assigned)
         deadline = asyncio.get_running_loop().time() + timeout_s
         while not done(received):
             if asyncio.get_running_loop().time() > deadline:

@@ -12,6 +12,7 @@ import contextlib
 import functools
 import os
 import secrets
+import socket
 import tempfile
 import warnings
 from collections.abc import Iterator
@@ -46,22 +47,28 @@ def unique_name(prefix: str) -> str:
 
 @functools.cache
 def docker_engine_answers() -> bool:
-    """Whether a Docker engine answers a ping (asked once per run)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            import docker
+    """Whether a Docker engine answers GET /_ping (asked once per run).
 
-            client = docker.from_env(timeout=3)
-        except Exception:
+    Probed on the socket directly: the docker library leaks its socket when the engine is absent.
+    """
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    try:
+        if host.startswith("unix://"):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            address: str | tuple[str, int] = host.removeprefix("unix://")
+        elif host.startswith("tcp://"):
+            name, _, port = host.removeprefix("tcp://").partition(":")
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            address = (name, int(port or 2375))
+        else:
             return False
-        try:
-            client.ping()
-        except Exception:
-            return False
-        finally:
-            client.close()
-    return True
+        with sock:
+            sock.settimeout(3)
+            sock.connect(address)
+            sock.sendall(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")
+            return b" 200 " in sock.recv(1024)
+    except OSError:
+        return False
 
 
 @contextlib.contextmanager
