@@ -3,7 +3,12 @@
 from keel_stream.kernel.canonical import canonical_json, payload_digest, same_payload
 from keel_stream.kernel.commits import PreparedCommit, check_identifier, prepare, require_edge_kind
 from keel_stream.kernel.delivery import Delivery, effective_delivery, with_effective_delivery
-from keel_stream.kernel.inputs import InputAccount, account_inputs, is_terminal_failure
+from keel_stream.kernel.inputs import (
+    InputAccount,
+    InputLedger,
+    account_inputs,
+    is_terminal_failure,
+)
 from keel_stream.kernel.status import AttemptOutcome, RunStatus, finish_status
 from keel_stream.kernel.types import CommitRequest, Event, LeaseToken, Submission
 from keel_stream.kernel.validation import validate_payload
@@ -25,6 +30,7 @@ __all__ = [
     "Delivery",
     "Event",
     "InputAccount",
+    "InputLedger",
     "Kind",
     "KindSpec",
     "LeaseToken",

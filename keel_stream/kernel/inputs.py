@@ -10,7 +10,7 @@ by the run's read_watermark instead.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final, Protocol
 
 from keel_stream.kernel.vocabulary import Kind
@@ -18,6 +18,7 @@ from keel_stream.kernel.vocabulary import Kind
 __all__ = [
     "TERMINAL_FAILURE_STOP_REASONS",
     "InputAccount",
+    "InputLedger",
     "LoggedEvent",
     "account_inputs",
     "is_terminal_failure",
@@ -58,34 +59,57 @@ def is_terminal_failure(payload: Mapping[str, Any]) -> bool:
     return payload.get("stopReason") in TERMINAL_FAILURE_STOP_REASONS
 
 
+@dataclass(frozen=True, slots=True)
+class InputLedger:
+    """What accounting needs to remember of a log, folded one event at a time."""
+
+    inputs: tuple[int, ...] = ()
+    answered: frozenset[int] = frozenset()
+    first_tracked: int | None = None
+    """Seq of the first assistant.message that carries inputSeqs."""
+    latest_stop: str | None = None
+    latest_failed: bool = False
+
+    def observe(self, event: LoggedEvent) -> InputLedger:
+        """The ledger after one more event (in seq order)."""
+        if event.kind == Kind.USER_MESSAGE:
+            return replace(self, inputs=(*self.inputs, event.seq))
+        if event.kind != Kind.ASSISTANT_MESSAGE:
+            return self
+        payload = event.payload
+        failed = is_terminal_failure(payload)
+        stop = payload.get("stopReason")
+        seqs = payload.get("inputSeqs")
+        tracked = isinstance(seqs, list)
+        answered = self.answered
+        if isinstance(seqs, list) and not failed:
+            answered = answered | {s for s in seqs if isinstance(s, int)}
+        first = self.first_tracked if self.first_tracked is not None or not tracked else event.seq
+        return replace(
+            self,
+            answered=answered,
+            first_tracked=first,
+            latest_stop=stop if isinstance(stop, str) else None,
+            latest_failed=failed,
+        )
+
+    def account(self, read_watermark: int = 0) -> InputAccount:
+        """Unanswered inputs and owedTurn, judging the legacy prefix by the watermark."""
+
+        def is_answered(seq: int) -> bool:
+            if seq in self.answered:
+                return True
+            legacy = self.first_tracked is None or seq < self.first_tracked
+            return legacy and seq <= read_watermark
+
+        unanswered = tuple(s for s in self.inputs if not is_answered(s))
+        owed = self.latest_failed or self.latest_stop == _TOOL_USE
+        return InputAccount(unanswered=unanswered, owed_turn=owed)
+
+
 def account_inputs(events: Iterable[LoggedEvent], read_watermark: int = 0) -> InputAccount:
     """Fold a session's log (in seq order) into its input account."""
-    inputs: list[int] = []
-    answered: set[int] = set()
-    first_tracked: int | None = None
-    latest_stop: str | None = None
-    latest_failed = False
+    ledger = InputLedger()
     for event in events:
-        if event.kind == Kind.USER_MESSAGE:
-            inputs.append(event.seq)
-        elif event.kind == Kind.ASSISTANT_MESSAGE:
-            payload = event.payload
-            latest_failed = is_terminal_failure(payload)
-            stop = payload.get("stopReason")
-            latest_stop = stop if isinstance(stop, str) else None
-            seqs = payload.get("inputSeqs")
-            if isinstance(seqs, list):
-                if first_tracked is None:
-                    first_tracked = event.seq
-                if not latest_failed:
-                    answered.update(s for s in seqs if isinstance(s, int))
-
-    def is_answered(seq: int) -> bool:
-        if seq in answered:
-            return True
-        legacy = first_tracked is None or seq < first_tracked
-        return legacy and seq <= read_watermark
-
-    unanswered = tuple(s for s in inputs if not is_answered(s))
-    owed = latest_failed or latest_stop == _TOOL_USE
-    return InputAccount(unanswered=unanswered, owed_turn=owed)
+        ledger = ledger.observe(event)
+    return ledger.account(read_watermark)
