@@ -1,0 +1,95 @@
+"""Run status per session: the latest settled attempt, and whether anything is left to do."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Final
+
+from keel_stream.kernel.inputs import InputLedger
+from keel_stream.kernel.vocabulary import Kind
+from projections.base import EventLike
+
+__all__ = ["RUN_STATUS", "RunStatusProjection", "RunStatusState"]
+
+
+@dataclass(frozen=True, slots=True)
+class RunStatusState:
+    status: str | None = None
+    """The status of the latest run.finished (done, failed, cancelled); None before any."""
+    attempts: int = 0
+    """Settled attempts (run.finished events) in the session."""
+    turns: int | None = None
+    tokens: Any = None
+    stop_reason: str | None = None
+    error: Any = None
+    duration_ms: int | None = None
+    inputs: InputLedger = field(default_factory=InputLedger)
+
+
+class RunStatusProjection:
+    name = "run_status"
+
+    def initial(self) -> RunStatusState:
+        return RunStatusState()
+
+    def apply(self, state: RunStatusState, event: EventLike) -> RunStatusState:
+        inputs = state.inputs.observe(event)
+        if event.kind != Kind.RUN_FINISHED:
+            return replace(state, inputs=inputs)
+        p = event.payload
+        return replace(
+            state,
+            status=p.get("status"),
+            attempts=state.attempts + 1,
+            turns=p.get("turns"),
+            tokens=p.get("tokens"),
+            stop_reason=p.get("stopReason"),
+            error=p.get("error"),
+            duration_ms=p.get("durationMs"),
+            inputs=inputs,
+        )
+
+    def dump(self, state: RunStatusState) -> dict[str, Any]:
+        account = state.inputs.account()
+        ledger = state.inputs
+        return {
+            "status": state.status,
+            "attempts": state.attempts,
+            "turns": state.turns,
+            "tokens": state.tokens,
+            "stopReason": state.stop_reason,
+            "error": state.error,
+            "durationMs": state.duration_ms,
+            "unansweredInputs": list(account.unanswered),
+            "owedTurn": account.owed_turn,
+            "inputLedger": {
+                "inputs": list(ledger.inputs),
+                "answered": sorted(ledger.answered),
+                "firstTracked": ledger.first_tracked,
+                "latestStop": ledger.latest_stop,
+                "latestFailed": ledger.latest_failed,
+            },
+        }
+
+    def load(self, data: Mapping[str, Any]) -> RunStatusState:
+        ledger = data.get("inputLedger", {})
+        return RunStatusState(
+            status=data.get("status"),
+            attempts=int(data.get("attempts", 0)),
+            turns=data.get("turns"),
+            tokens=data.get("tokens"),
+            stop_reason=data.get("stopReason"),
+            error=data.get("error"),
+            duration_ms=data.get("durationMs"),
+            inputs=InputLedger(
+                inputs=tuple(ledger.get("inputs", ())),
+                answered=frozenset(ledger.get("answered", ())),
+                first_tracked=ledger.get("firstTracked"),
+                latest_stop=ledger.get("latestStop"),
+                latest_failed=bool(ledger.get("latestFailed", False)),
+            ),
+        )
+
+
+RUN_STATUS: Final = RunStatusProjection()
