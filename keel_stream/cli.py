@@ -29,6 +29,8 @@ T = TypeVar("T")
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 topics_app = typer.Typer(no_args_is_help=True, help="The topic catalog on the broker.")
 app.add_typer(topics_app, name="topics")
+projections_app = typer.Typer(no_args_is_help=True, help="The read models (Faust projections).")
+app.add_typer(projections_app, name="projections")
 
 DatabaseUrl = Annotated[
     str | None, typer.Option("--database-url", help="PostgreSQL URL ($KEEL_DATABASE_URL).")
@@ -235,6 +237,118 @@ def tail_command(
         _run(_until_signalled(body))
     except LookupError as exc:
         raise _fail("topic_missing", str(exc)) from exc
+
+
+def _database_and_bootstrap(
+    settings: KeelSettings, database_url: str | None, bootstrap: str | None
+) -> tuple[str, str]:
+    dsn = _require(
+        database_url or settings.database_url, "missing_database_url", "set KEEL_DATABASE_URL"
+    )
+    servers = _require(
+        bootstrap or settings.kafka_bootstrap, "missing_kafka_bootstrap", "set KEEL_KAFKA_BOOTSTRAP"
+    )
+    return dsn, servers
+
+
+@projections_app.command("run")
+def projections_run(database_url: DatabaseUrl = None, bootstrap: Bootstrap = None) -> None:
+    """Run the Faust worker that keeps the read models live (until SIGTERM)."""
+    from keel_stream.projector.host import HostConfig, run_worker
+
+    settings = _settings()
+    dsn, servers = _database_and_bootstrap(settings, database_url, bootstrap)
+    run_worker(
+        HostConfig(
+            database_url=dsn,
+            bootstrap=servers,
+            topic_prefix=settings.topic_prefix,
+            data_dir=settings.data_dir,
+        )
+    )
+
+
+@projections_app.command("rebuild")
+def projections_rebuild(
+    name: Annotated[str, typer.Argument(help="transcript, run_status or sse")],
+    database_url: DatabaseUrl = None,
+    bootstrap: Bootstrap = None,
+) -> None:
+    """Replay from offset zero into a new generation; switch readers once it has caught up."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from keel_stream.projector.rebuild import Progress as RebuildProgress
+    from keel_stream.projector.rebuild import rebuild
+
+    settings = _settings()
+    dsn, servers = _database_and_bootstrap(settings, database_url, bootstrap)
+
+    async def work() -> None:
+        pool = await create_pool(dsn, max_size=2)
+        columns = (
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            TextColumn(
+                "{task.completed:,.0f} events  {task.fields[rate]:,.0f}/s  lag {task.fields[lag]}"
+            ),
+            TimeElapsedColumn(),
+        )
+        try:
+            with Progress(*columns, transient=False) as bar:
+                task = bar.add_task(f"rebuild {name}", total=None, rate=0.0, lag="?")
+
+                def show(progress: RebuildProgress) -> None:
+                    total = None if progress.lag is None else progress.events + progress.lag
+                    bar.update(
+                        task,
+                        completed=progress.events,
+                        total=total,
+                        rate=progress.events_per_s,
+                        lag=progress.lag if progress.lag is not None else "?",
+                    )
+
+                report = await rebuild(
+                    pool, servers, name, topic_prefix=settings.topic_prefix, on_progress=show
+                )
+        finally:
+            await pool.close()
+        typer.echo(
+            f"{report.projection}: generation {report.generation} is live "
+            f"({report.events} events, {report.sessions} sessions, "
+            f"{report.healed_from_ledger} from the ledger, {report.seconds:.1f}s)"
+        )
+
+    _run(work())
+
+
+@projections_app.command("status")
+def projections_status(database_url: DatabaseUrl = None, bootstrap: Bootstrap = None) -> None:
+    """Each projection's generations, stored offsets, lag and sessions behind the ledger."""
+    from keel_stream.projector.status import projection_status
+
+    settings = _settings()
+    dsn = _require(database_url or settings.database_url, "missing_database_url", "set it")
+    servers = bootstrap or settings.kafka_bootstrap
+
+    async def work() -> None:
+        pool = await create_pool(dsn, max_size=2)
+        try:
+            rows = await projection_status(pool, servers, settings.topic_prefix)
+        finally:
+            await pool.close()
+        typer.echo(
+            f"{'projection':<12} {'gen':>4} {'status':<9} {'sessions':>9} {'behind':>7} "
+            f"{'lag':>8}  offsets"
+        )
+        for r in rows:
+            offsets = " ".join(f"{p}:{o}" for p, o in sorted(r.offsets.items()))
+            lag = "?" if r.lag is None else str(r.lag)
+            typer.echo(
+                f"{r.projection:<12} {r.generation:>4} {r.status:<9} {r.sessions:>9} "
+                f"{r.sessions_behind_ledger:>7} {lag:>8}  {offsets}"
+            )
+
+    _run(work())
 
 
 @app.command("dev")

@@ -14,7 +14,8 @@ Every error carries a stable machine-readable ``code`` and a ``retriable`` flag;
     │   ├── KeyMismatch                 the request's key differs from the payload's key field
     │   ├── KeyRequired                 a kind whose key is mandatory was sent without one
     │   ├── InvalidPayload              a payload that breaks a validation rule (code = the rule)
-    │   └── InvalidPage                 a read with an out-of-range cursor or limit
+    │   ├── InvalidPage                 a read with an out-of-range cursor or limit
+    │   └── UnknownProjection           a read model that does not exist
     ├── NotFound                        (404)
     │   ├── TenantNotFound
     │   └── SessionNotFound             missing, or belongs to another tenant
@@ -27,6 +28,7 @@ Every error carries a stable machine-readable ``code`` and a ``retriable`` flag;
     │   └── LeaseFenced                 an owner-scoped commit with a stale epoch or another owner
     └── StoreError                      the store failed; nothing was committed (5xx)
         ├── StoreUnavailable            the database could not be reached (retriable)
+        ├── ProjectionBehind            a read model did not reach min_seq in time (retriable)
         ├── MigrationFailed             a migration file failed; later files were not applied
         └── MigrationDrift              an applied migration file was changed afterwards
 """
@@ -58,6 +60,7 @@ __all__ = [
     "NotExternalSession",
     "NotFound",
     "PayloadRule",
+    "ProjectionBehind",
     "SessionExists",
     "SessionNotFound",
     "StoreError",
@@ -65,6 +68,7 @@ __all__ = [
     "TenantExists",
     "TenantNotFound",
     "UnknownKind",
+    "UnknownProjection",
 ]
 
 
@@ -183,6 +187,12 @@ class InvalidPage(InvalidRequest):
     code = "invalid_page"
 
 
+class UnknownProjection(InvalidRequest):
+    """There is no read model with this name."""
+
+    code = "unknown_projection"
+
+
 class NotFound(KeelError):
     """The addressed object does not exist for this tenant."""
 
@@ -259,6 +269,13 @@ class StoreUnavailable(StoreError):
     """The database could not be reached or dropped the connection; retry with the same key."""
 
     code = "store_unavailable"
+    retriable = True
+
+
+class ProjectionBehind(StoreError):
+    """The read model had not reached the requested seq by the deadline; ask again."""
+
+    code = "projection_behind"
     retriable = True
 
 

@@ -22,7 +22,14 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from topics.catalog import CATALOG, TopicSpec
 
-__all__ = ["ApplyReport", "PartitionState", "admin_client", "apply_catalog", "describe_topics"]
+__all__ = [
+    "ApplyReport",
+    "PartitionState",
+    "admin_client",
+    "apply_catalog",
+    "describe_topics",
+    "high_water_marks",
+]
 
 _TOPIC_ALREADY_EXISTS = 36
 
@@ -143,6 +150,16 @@ async def _high_waters(
         }
     finally:
         await consumer.stop()
+
+
+async def high_water_marks(bootstrap: str, topic: str) -> dict[int, int]:
+    """Per partition of one topic, the high-water mark (from fetched data)."""
+    async with admin_client(bootstrap) as admin:
+        counts = await _partition_counts(admin, [topic])
+    partitions = [TopicPartition(topic, p) for p in range(counts.get(topic, 0))]
+    if not partitions:
+        return {}
+    return {tp.partition: high for tp, high in (await _high_waters(bootstrap, partitions)).items()}
 
 
 async def _committed(

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import keel_stream.errors as errors_module
-from keel_stream.errors import KeelError, StoreUnavailable
+from keel_stream.errors import KeelError, ProjectionBehind, StoreUnavailable
 
 
 def _error_classes() -> list[type[KeelError]]:
@@ -23,5 +23,6 @@ def test_every_error_is_documented_in_the_tree() -> None:
         assert cls.__name__ in doc, cls.__name__
 
 
-def test_only_unavailability_is_retriable() -> None:
-    assert [cls for cls in _error_classes() if cls.retriable] == [StoreUnavailable]
+def test_only_transient_errors_are_retriable() -> None:
+    retriable = {cls for cls in _error_classes() if cls.retriable}
+    assert retriable == {StoreUnavailable, ProjectionBehind}

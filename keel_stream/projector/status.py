@@ -1,0 +1,62 @@
+"""`keel-stream projections status`: generations, offsets and lag of every projection."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import asyncpg
+
+from keel_stream.store.sqlfiles import query
+from topics.admin import high_water_marks
+from topics.catalog import EVENTS
+
+__all__ = ["GenerationStatus", "projection_status"]
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationStatus:
+    projection: str
+    generation: int
+    status: str
+    sessions: int
+    sessions_behind_ledger: int
+    offsets: dict[int, int]
+    lag: int | None
+    """Records on the source topic past the stored offsets (None if the broker is unknown)."""
+    live_at: datetime | None
+
+
+async def projection_status(
+    pool: asyncpg.Pool, bootstrap: str | None, topic_prefix: str = ""
+) -> list[GenerationStatus]:
+    topic = EVENTS.full_name(topic_prefix)
+    highs = await high_water_marks(bootstrap, topic) if bootstrap else None
+    result = []
+    async with pool.acquire() as conn:
+        for g in await conn.fetch(query("projection_generations")):
+            rows = await conn.fetch(
+                query("projection_offsets"), g["projection"], g["generation"], topic
+            )
+            offsets = {r["partition"]: r["next_offset"] for r in rows}
+            behind = await conn.fetchval(
+                query("projection_sessions_behind_ledger"), g["projection"], g["generation"]
+            )
+            lag = (
+                sum(max(0, high - offsets.get(p, 0)) for p, high in highs.items())
+                if highs is not None
+                else None
+            )
+            result.append(
+                GenerationStatus(
+                    projection=g["projection"],
+                    generation=g["generation"],
+                    status=g["status"],
+                    sessions=int(g["sessions"]),
+                    sessions_behind_ledger=int(behind),
+                    offsets=offsets,
+                    lag=lag,
+                    live_at=g["live_at"],
+                )
+            )
+    return result
