@@ -264,6 +264,9 @@ def projections_run(database_url: DatabaseUrl = None, bootstrap: Bootstrap = Non
             bootstrap=servers,
             topic_prefix=settings.topic_prefix,
             data_dir=settings.data_dir,
+            batch_size=settings.projector_batch_size,
+            reconcile_every_s=settings.projector_reconcile_every_s,
+            reconcile_idle_s=settings.projector_reconcile_idle_s,
         )
     )
 

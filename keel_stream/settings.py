@@ -28,5 +28,9 @@ class KeelSettings(BaseSettings):
     relay_poll_interval_s: float = Field(default=1.0, gt=0)
     """Poll fallback when no NOTIFY arrives; also how often a standby tries to take over."""
     relay_shards: int = Field(default=1, ge=1)
+    projector_batch_size: int = Field(default=500, ge=1, le=10_000)
+    projector_reconcile_every_s: float = Field(default=2.0, gt=0)
+    projector_reconcile_idle_s: float = Field(default=2.0, ge=0)
+    """A session is reconciled from the ledger only after this long without a commit."""
     metrics_port: int | None = None
     """Serve Prometheus metrics on this port (relay); unset: not served."""

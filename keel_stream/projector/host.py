@@ -70,6 +70,8 @@ class _Runtime:
         self._producer: AIOKafkaProducer | None = None
         self._ready = asyncio.Lock()
         self.partitions = EVENTS.partitions
+        self.resumed: set[int] = set()
+        """Partitions that delivered a record since the last assignment."""
         self.applier = Applier(ALL, self.source, self._publish_frames)
 
     async def pool(self) -> asyncpg.Pool:
@@ -141,6 +143,7 @@ def _transport(runtime: _Runtime, app: faust.App) -> AIOKafkaTransport:
             for tp in self.assignment():
                 if tp.topic == runtime.source:
                     await self.seek(tp, stored.get(tp.partition, 0))
+            runtime.resumed.clear()
             runtime.log.info("resumed from stored offsets", offsets=stored)
 
     class StoredOffsetTransport(AIOKafkaTransport):
@@ -185,6 +188,12 @@ def build_app(config: HostConfig) -> faust.App:
                 for e in batch
                 if e.message.value is not None
             ]
+            for record in records:
+                if record.partition not in runtime.resumed:
+                    runtime.resumed.add(record.partition)
+                    runtime.log.info(
+                        "first record", partition=record.partition, offset=record.offset
+                    )
             await _apply_until_done(runtime, records)
 
     @app.timer(interval=config.reconcile_every_s)  # type: ignore[untyped-decorator]

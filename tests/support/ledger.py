@@ -70,3 +70,80 @@ async def make_sessions(ledger: PostgresLedger, count: int) -> list[str]:
 
 async def outbox_empty(pool: asyncpg.Pool) -> bool:
     return bool(await pool.fetchval("SELECT count(*) FROM outbox") == 0)
+
+
+async def converse(
+    ledger: PostgresLedger,
+    pool: asyncpg.Pool,
+    session: str,
+    cycles: int,
+    start: int = 0,
+    pace_s: float = 0.0,
+) -> None:
+    """Commit `cycles` agent turns in one session: input, tool call, result, answer, summary.
+
+    pace_s spaces the turns out, for tests that must act while commits are still flowing.
+    """
+    lease = LeaseToken(owner="worker", epoch=1)
+    await grant_lease(pool, "acme", session, lease)
+    for n in range(start, start + cycles):
+        user = await ledger.commit(
+            CommitRequest(
+                tenant_id="acme",
+                session_id=session,
+                kind="user.message",
+                payload={"text": f"question {n}"},
+                key=f"{session}-q{n}",
+            )
+        )
+        call = {"type": "toolCall", "id": f"call-{n}", "name": "lookup", "arguments": {"n": n}}
+        for request in (
+            CommitRequest(
+                tenant_id="acme",
+                session_id=session,
+                kind="assistant.message",
+                payload={"content": [call], "inputSeqs": [user.seq], "stopReason": "tool_use"},
+                key=f"{session}-g{n}a",
+                lease=lease,
+            ),
+            CommitRequest(
+                tenant_id="acme",
+                session_id=session,
+                kind="tool.result",
+                payload={"toolCallId": f"call-{n}", "content": [{"type": "text", "text": "42"}]},
+                lease=lease,
+            ),
+            CommitRequest(
+                tenant_id="acme",
+                session_id=session,
+                kind="assistant.message",
+                payload={
+                    "content": [{"type": "text", "text": f"answer {n}"}],
+                    "inputSeqs": [],
+                    "stopReason": "end_turn",
+                },
+                key=f"{session}-g{n}b",
+                lease=lease,
+            ),
+            CommitRequest(
+                tenant_id="acme",
+                session_id=session,
+                kind="run.finished",
+                payload={"status": "done", "turns": 2, "durationMs": n, "toolTimings": []},
+                lease=lease,
+            ),
+        ):
+            await ledger.commit(request)
+        if pace_s:
+            await asyncio.sleep(pace_s)
+
+
+async def converse_all(
+    ledger: PostgresLedger,
+    pool: asyncpg.Pool,
+    sessions: list[str],
+    cycles: int,
+    start: int = 0,
+    pace_s: float = 0.0,
+) -> None:
+    await asyncio.gather(*(converse(ledger, pool, s, cycles, start, pace_s) for s in sessions))
