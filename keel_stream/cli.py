@@ -12,6 +12,7 @@ from typing import Annotated, TypeVar
 import typer
 
 from keel_stream.analytics.tail import TailOptions, tail
+from keel_stream.dev.children import child_process
 from keel_stream.dev.postgres import EmbeddedPostgres
 from keel_stream.errors import KeelError
 from keel_stream.kafka.broker import EmbeddedBroker
@@ -380,7 +381,7 @@ def dev_command(
             log.info("embedded broker started", bootstrap=servers)
         assert dsn is not None
         assert servers is not None
-        _run(_until_signalled(lambda stop: _dev(settings, dsn, servers, stop, once)))
+        _run(_until_signalled(lambda stop: _dev(settings, dsn, servers, root, stop, once)))
     finally:
         if broker is not None:
             broker.stop()
@@ -396,7 +397,12 @@ def _log_path(root: Path, name: str) -> Path:
 
 
 async def _dev(
-    settings: KeelSettings, dsn: str, servers: str, stop: asyncio.Event, once: bool
+    settings: KeelSettings,
+    dsn: str,
+    servers: str,
+    data_dir: Path,
+    stop: asyncio.Event,
+    once: bool,
 ) -> None:
     _report(await _migrate(dsn))
     topics = await apply_catalog(servers, settings.topic_prefix)
@@ -405,8 +411,15 @@ async def _dev(
     if once:
         return
     relay = Relay(_relay_config(settings, dsn, servers, 0, 1))
-    typer.echo("ready; Ctrl-C or SIGTERM stops")
-    await relay.run(stop)
+    env = {
+        "KEEL_DATABASE_URL": dsn,
+        "KEEL_KAFKA_BOOTSTRAP": servers,
+        "KEEL_DATA_DIR": str(data_dir),
+    }
+    async with child_process("projections", "run", env=env) as projector:
+        typer.echo(f"projections worker: pid {projector.pid}")
+        typer.echo("ready; Ctrl-C or SIGTERM stops")
+        await relay.run(stop)
 
 
 def main() -> None:

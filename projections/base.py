@@ -8,11 +8,11 @@ gap raises SeqGap so the host fetches the missing seqs from the ledger first.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
-__all__ = ["EventLike", "Folded", "Projection", "SeqGap", "fold", "step"]
+__all__ = ["EventLike", "Folded", "Projection", "SeqGap", "fold", "fresh", "step"]
 
 S = TypeVar("S")
 
@@ -32,6 +32,9 @@ class EventLike(Protocol):
     def payload(self) -> Mapping[str, Any]: ...
 
 
+E = TypeVar("E", bound=EventLike)
+
+
 class Projection(Protocol[S]):
     """A named pure fold with a JSON form for its state."""
 
@@ -39,6 +42,10 @@ class Projection(Protocol[S]):
 
     def initial(self) -> S: ...
     def apply(self, state: S, event: EventLike) -> S: ...
+    def apply_many(self, state: S, events: Sequence[EventLike]) -> S:
+        """apply() over consecutive events; implementations avoid the per-event copies."""
+        ...
+
     def dump(self, state: S) -> dict[str, Any]: ...
     def load(self, data: Mapping[str, Any]) -> S: ...
 
@@ -69,11 +76,26 @@ def step(projection: Projection[S], folded: Folded[S], event: EventLike) -> Fold
     return Folded(event.seq, projection.apply(folded.state, event))
 
 
+def fresh(events: Iterable[E], last_seq: int) -> list[E]:
+    """The events past last_seq, in seq order, each seq once; SeqGap if one is missing."""
+    run: list[E] = []
+    expected = last_seq + 1
+    for event in sorted(events, key=lambda e: e.seq):
+        if event.seq < expected:
+            continue
+        if event.seq > expected:
+            raise SeqGap(expected, event.seq - 1)
+        run.append(event)
+        expected += 1
+    return run
+
+
 def fold(
     projection: Projection[S], events: Iterable[EventLike], start: Folded[S] | None = None
 ) -> Folded[S]:
     """Fold events (in any order with duplicates, as long as no seq is missing) from start."""
     folded = start if start is not None else Folded(0, projection.initial())
-    for event in sorted(events, key=lambda e: e.seq):
-        folded = step(projection, folded, event)
-    return folded
+    run = fresh(events, folded.last_seq)
+    if not run:
+        return folded
+    return Folded(run[-1].seq, projection.apply_many(folded.state, run))

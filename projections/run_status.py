@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
@@ -34,14 +34,17 @@ class RunStatusProjection:
         return RunStatusState()
 
     def apply(self, state: RunStatusState, event: EventLike) -> RunStatusState:
-        inputs = state.inputs.observe(event)
-        if event.kind != Kind.RUN_FINISHED:
+        return self.apply_many(state, (event,))
+
+    def apply_many(self, state: RunStatusState, events: Sequence[EventLike]) -> RunStatusState:
+        summaries = [e for e in events if e.kind == Kind.RUN_FINISHED]
+        inputs = state.inputs.observe_many(events)
+        if not summaries:
             return replace(state, inputs=inputs)
-        p = event.payload
-        return replace(
-            state,
+        p = summaries[-1].payload
+        return RunStatusState(
             status=p.get("status"),
-            attempts=state.attempts + 1,
+            attempts=state.attempts + len(summaries),
             turns=p.get("turns"),
             tokens=p.get("tokens"),
             stop_reason=p.get("stopReason"),

@@ -6,7 +6,7 @@ reader that misses one heals from the ledger by seq.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
@@ -49,6 +49,9 @@ class SseProjection:
 
     def apply(self, state: SseState, event: EventLike) -> SseState:
         return SseState(frames=state.frames + 1)
+
+    def apply_many(self, state: SseState, events: Sequence[EventLike]) -> SseState:
+        return SseState(frames=state.frames + len(events))
 
     def dump(self, state: SseState) -> dict[str, Any]:
         return {"frames": state.frames}

@@ -8,8 +8,8 @@ or aborted) are left out, and a compaction replaces everything before it with it
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from keel_stream.kernel.inputs import is_terminal_failure
@@ -30,87 +30,99 @@ class TranscriptState:
     """toolCallId -> tool name, to pair results with their call."""
 
 
-def _user(state: TranscriptState, event: EventLike) -> TranscriptState:
+@dataclass(slots=True)
+class _Builder:
+    """A transcript being extended: mutable lists, frozen into a TranscriptState at the end."""
+
+    entries: list[Entry]
+    context: list[Entry]
+    calls: dict[str, str]
+
+    @classmethod
+    def of(cls, state: TranscriptState) -> _Builder:
+        return cls(list(state.entries), list(state.context), dict(state.calls))
+
+    def freeze(self) -> TranscriptState:
+        return TranscriptState(tuple(self.entries), tuple(self.context), self.calls)
+
+
+def _user(t: _Builder, event: EventLike) -> None:
     p = event.payload
-    entry = {
-        "seq": event.seq,
-        "kind": event.kind,
-        "text": p.get("text"),
-        "delivery": p.get("delivery", "queue"),
-        "requestId": p.get("requestId"),
-    }
-    message = {"role": "user", "seq": event.seq, "content": p.get("text")}
-    return replace(state, entries=(*state.entries, entry), context=(*state.context, message))
+    t.entries.append(
+        {
+            "seq": event.seq,
+            "kind": event.kind,
+            "text": p.get("text"),
+            "delivery": p.get("delivery", "queue"),
+            "requestId": p.get("requestId"),
+        }
+    )
+    t.context.append({"role": "user", "seq": event.seq, "content": p.get("text")})
 
 
-def _assistant(state: TranscriptState, event: EventLike) -> TranscriptState:
+def _assistant(t: _Builder, event: EventLike) -> None:
     p = event.payload
     failed = is_terminal_failure(p)
-    calls = {**state.calls}
     for block in tool_call_blocks(p):
-        calls[str(block["id"])] = str(block["name"])
-    entry = {
-        "seq": event.seq,
-        "kind": event.kind,
-        "content": p.get("content", []),
-        "stopReason": p.get("stopReason"),
-        "inputSeqs": p.get("inputSeqs"),
-        "failed": failed,
-    }
-    context = state.context
-    if not failed:
-        message = {
-            "role": "assistant",
+        t.calls[str(block["id"])] = str(block["name"])
+    t.entries.append(
+        {
             "seq": event.seq,
+            "kind": event.kind,
             "content": p.get("content", []),
             "stopReason": p.get("stopReason"),
+            "inputSeqs": p.get("inputSeqs"),
+            "failed": failed,
         }
-        context = (*context, message)
-    return replace(state, entries=(*state.entries, entry), context=context, calls=calls)
+    )
+    if not failed:
+        t.context.append(
+            {
+                "role": "assistant",
+                "seq": event.seq,
+                "content": p.get("content", []),
+                "stopReason": p.get("stopReason"),
+            }
+        )
 
 
-def _tool_result(state: TranscriptState, event: EventLike) -> TranscriptState:
+def _tool_result(t: _Builder, event: EventLike) -> None:
     p = event.payload
     call_id = str(p.get("toolCallId"))
     paired = {
         "toolCallId": call_id,
-        "toolName": state.calls.get(call_id),
+        "toolName": t.calls.get(call_id),
         "content": p.get("content", []),
         "isError": bool(p.get("isError", False)),
     }
-    entry = {"seq": event.seq, "kind": event.kind, **paired}
-    message = {"role": "toolResult", "seq": event.seq, **paired}
-    return replace(state, entries=(*state.entries, entry), context=(*state.context, message))
+    t.entries.append({"seq": event.seq, "kind": event.kind, **paired})
+    t.context.append({"role": "toolResult", "seq": event.seq, **paired})
 
 
-def _compaction(state: TranscriptState, event: EventLike) -> TranscriptState:
+def _compaction(t: _Builder, event: EventLike) -> None:
     p = event.payload
     summary = p.get("summary")
-    entry = {"seq": event.seq, "kind": event.kind, "summary": summary}
+    t.entries.append({"seq": event.seq, "kind": event.kind, "summary": summary})
     first_kept = p.get("firstKeptSeq")
-    kept = (
-        tuple(m for m in state.context if m["seq"] >= first_kept)
-        if isinstance(first_kept, int)
-        else ()
-    )
-    message = {"role": "summary", "seq": event.seq, "content": summary}
-    return replace(state, entries=(*state.entries, entry), context=(message, *kept))
+    kept = [m for m in t.context if m["seq"] >= first_kept] if isinstance(first_kept, int) else []
+    t.context = [{"role": "summary", "seq": event.seq, "content": summary}, *kept]
 
 
-def _external(state: TranscriptState, event: EventLike) -> TranscriptState:
+def _external(t: _Builder, event: EventLike) -> None:
     p = event.payload
-    entry = {
-        "seq": event.seq,
-        "kind": event.kind,
-        "backend": p.get("backend"),
-        "externalRef": p.get("externalRef"),
-        "direction": p.get("direction"),
-        "payload": dict(p),
-    }
-    return replace(state, entries=(*state.entries, entry))
+    t.entries.append(
+        {
+            "seq": event.seq,
+            "kind": event.kind,
+            "backend": p.get("backend"),
+            "externalRef": p.get("externalRef"),
+            "direction": p.get("direction"),
+            "payload": dict(p),
+        }
+    )
 
 
-_APPLY: Final[Mapping[str, Callable[[TranscriptState, EventLike], TranscriptState]]] = {
+_APPLY: Final[Mapping[str, Callable[[_Builder, EventLike], None]]] = {
     Kind.USER_MESSAGE: _user,
     Kind.ASSISTANT_MESSAGE: _assistant,
     Kind.TOOL_RESULT: _tool_result,
@@ -128,8 +140,15 @@ class TranscriptProjection:
         return TranscriptState()
 
     def apply(self, state: TranscriptState, event: EventLike) -> TranscriptState:
-        handler = _APPLY.get(event.kind)
-        return handler(state, event) if handler is not None else state
+        return self.apply_many(state, (event,))
+
+    def apply_many(self, state: TranscriptState, events: Sequence[EventLike]) -> TranscriptState:
+        builder = _Builder.of(state)
+        for event in events:
+            handler = _APPLY.get(event.kind)
+            if handler is not None:
+                handler(builder, event)
+        return builder.freeze()
 
     def dump(self, state: TranscriptState) -> dict[str, Any]:
         return {

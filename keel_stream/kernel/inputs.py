@@ -10,7 +10,7 @@ by the run's read_watermark instead.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from keel_stream.kernel.vocabulary import Kind
@@ -72,26 +72,28 @@ class InputLedger:
 
     def observe(self, event: LoggedEvent) -> InputLedger:
         """The ledger after one more event (in seq order)."""
-        if event.kind == Kind.USER_MESSAGE:
-            return replace(self, inputs=(*self.inputs, event.seq))
-        if event.kind != Kind.ASSISTANT_MESSAGE:
-            return self
-        payload = event.payload
-        failed = is_terminal_failure(payload)
-        stop = payload.get("stopReason")
-        seqs = payload.get("inputSeqs")
-        tracked = isinstance(seqs, list)
-        answered = self.answered
-        if isinstance(seqs, list) and not failed:
-            answered = answered | {s for s in seqs if isinstance(s, int)}
-        first = self.first_tracked if self.first_tracked is not None or not tracked else event.seq
-        return replace(
-            self,
-            answered=answered,
-            first_tracked=first,
-            latest_stop=stop if isinstance(stop, str) else None,
-            latest_failed=failed,
-        )
+        return self.observe_many((event,))
+
+    def observe_many(self, events: Iterable[LoggedEvent]) -> InputLedger:
+        """The ledger after several more events: observe() in a loop, without the copies."""
+        inputs = list(self.inputs)
+        answered = set(self.answered)
+        first, stop, failed = self.first_tracked, self.latest_stop, self.latest_failed
+        for event in events:
+            if event.kind == Kind.USER_MESSAGE:
+                inputs.append(event.seq)
+            elif event.kind == Kind.ASSISTANT_MESSAGE:
+                payload = event.payload
+                failed = is_terminal_failure(payload)
+                latest = payload.get("stopReason")
+                stop = latest if isinstance(latest, str) else None
+                seqs = payload.get("inputSeqs")
+                if isinstance(seqs, list):
+                    if first is None:
+                        first = event.seq
+                    if not failed:
+                        answered.update(s for s in seqs if isinstance(s, int))
+        return InputLedger(tuple(inputs), frozenset(answered), first, stop, failed)
 
     def account(self, read_watermark: int = 0) -> InputAccount:
         """Unanswered inputs and owedTurn, judging the legacy prefix by the watermark."""
@@ -109,7 +111,4 @@ class InputLedger:
 
 def account_inputs(events: Iterable[LoggedEvent], read_watermark: int = 0) -> InputAccount:
     """Fold a session's log (in seq order) into its input account."""
-    ledger = InputLedger()
-    for event in events:
-        ledger = ledger.observe(event)
-    return ledger.account(read_watermark)
+    return InputLedger().observe_many(events).account(read_watermark)

@@ -57,7 +57,8 @@ def tool_call_blocks(payload: Payload) -> list[Mapping[str, Any]]:
     content = payload.get("content", [])
     if not isinstance(content, list):
         return []
-    return [b for b in content if isinstance(b, Mapping) and b.get("type") == "toolCall"]
+    # dict, not Mapping: parsed JSON is always dict, and the ABC check is slow on replay paths.
+    return [b for b in content if isinstance(b, dict) and b.get("type") == "toolCall"]
 
 
 def _validate_assistant_message(payload: Payload) -> None:

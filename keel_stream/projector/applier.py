@@ -17,12 +17,13 @@ import asyncpg
 
 from keel_stream.projector.events import LedgerEvent, SourceRecord
 from keel_stream.store.sqlfiles import query
-from projections.base import Folded, Projection, step
+from projections.base import Folded, Projection, fresh
 
 __all__ = [
     "Applier",
     "BatchResult",
     "FrameSink",
+    "advance",
     "fold_sessions",
     "live_generations",
     "store_offsets",
@@ -81,21 +82,41 @@ async def fold_sessions(
     filled = 0
     for key in keys:
         folded = stored.get(key) or Folded(0, projection.initial())
-        start = folded.last_seq
-        for event in sorted(events[key], key=lambda e: e.seq):
-            if event.seq <= folded.last_seq:
-                continue
-            if event.seq > folded.last_seq + 1:
-                missing = await _ledger_range(conn, key, folded.last_seq, event.seq - 1)
-                filled += len(missing)
-                for gap_event in missing:
-                    folded = step(projection, folded, gap_event)
-                    applied.append(gap_event)
-            folded = step(projection, folded, event)
-            applied.append(event)
-        if folded.last_seq > start:
-            changed[key] = folded
+        advanced, run, from_ledger = await advance(conn, projection, folded, key, events[key])
+        if run:
+            changed[key] = advanced
+            applied.extend(run)
+            filled += from_ledger
     return changed, applied, filled
+
+
+async def advance(
+    conn: asyncpg.Connection,
+    projection: Projection[Any],
+    folded: Folded[Any],
+    key: Key,
+    events: Sequence[LedgerEvent],
+) -> tuple[Folded[Any], list[LedgerEvent], int]:
+    """Fold a session's new events onto its state, filling gaps from the ledger first.
+
+    Returns the new state, the events it applied in seq order, and how many came from the ledger.
+    """
+    run: list[LedgerEvent] = []
+    filled = 0
+    expected = folded.last_seq + 1
+    for event in sorted(events, key=lambda e: e.seq):
+        if event.seq < expected:
+            continue  # already applied, or a duplicate within the batch
+        if event.seq > expected:
+            missing = await _ledger_range(conn, key, expected - 1, event.seq - 1)
+            run.extend(missing)
+            filled += len(missing)
+        run.append(event)
+        expected = event.seq + 1
+    if not run:
+        return folded, [], 0
+    run = fresh(run, folded.last_seq)
+    return Folded(run[-1].seq, projection.apply_many(folded.state, run)), run, filled
 
 
 async def write_states(

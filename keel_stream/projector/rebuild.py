@@ -21,11 +21,11 @@ import asyncpg
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from keel_stream.errors import UnknownProjection
-from keel_stream.projector.applier import fold_sessions, store_offsets, write_states
+from keel_stream.projector.applier import advance, fold_sessions, store_offsets, write_states
 from keel_stream.projector.events import LedgerEvent
 from keel_stream.store.sqlfiles import query
 from projections import ALL
-from projections.base import Folded, Projection, SeqGap, step
+from projections.base import Folded, Projection
 from topics.catalog import EVENTS
 
 __all__ = ["Progress", "RebuildReport", "rebuild"]
@@ -145,7 +145,7 @@ async def rebuild(
     name: str,
     *,
     topic_prefix: str = "",
-    flush_every: int = 20_000,
+    flush_every: int = 250_000,
     on_progress: Callable[[Progress], None] = lambda progress: None,
 ) -> RebuildReport:
     """Replay the source topic from offset zero into a new generation and make it live."""
@@ -166,22 +166,19 @@ async def rebuild(
         async with pool.acquire() as conn:
             while True:
                 batch = await reader.batch()
+                by_session: dict[Key, list[LedgerEvent]] = {}
                 for partition, offset, value in batch:
                     event = LedgerEvent.from_record(value)
-                    key = event.key
-                    folded = states.get(key) or Folded(0, projection.initial())
-                    try:
-                        folded = step(projection, folded, event)
-                    except SeqGap as gap:
-                        for missing in await _ledger_fill(
-                            conn, key, gap.first - 1, gap.last_missing
-                        ):
-                            folded = step(projection, folded, missing)
-                            healed += 1
-                        folded = step(projection, folded, event)
-                    if folded is not states.get(key):
-                        states[key] = dirty[key] = folded
+                    by_session.setdefault(event.key, []).append(event)
                     next_offsets[partition] = offset + 1
+                for key, session_events in by_session.items():
+                    folded = states.get(key) or Folded(0, projection.initial())
+                    folded, run, filled = await advance(
+                        conn, projection, folded, key, session_events
+                    )
+                    healed += filled
+                    if run:
+                        states[key] = dirty[key] = folded
                 events += len(batch)
                 lag = await reader.lag()
                 elapsed = max(time.monotonic() - started, 1e-6)

@@ -81,6 +81,8 @@ def test_dev_runs_embedded_until_sigterm_and_leaves_nothing_behind(tmp_path: Pat
             assert any(line.startswith("schema version") for line in lines), log.read_text()
             assert lines[-1].startswith("ready"), log.read_text()
             (kafka_line,) = [line for line in lines if line.startswith("kafka: ")]
+            (worker_line,) = [line for line in lines if line.startswith("projections worker")]
+            worker_pid = int(worker_line.split()[-1])
             broker_port = int(kafka_line.split()[1].rsplit(":", 1)[1])
             assert port_open(broker_port), "the embedded broker must be serving"
             proc.send_signal(signal.SIGTERM)
@@ -91,6 +93,15 @@ def test_dev_runs_embedded_until_sigterm_and_leaves_nothing_behind(tmp_path: Pat
     pid_file = tmp_path / "keel" / "postgres" / "postmaster.pid"
     assert not pid_file.exists(), "embedded PostgreSQL must be stopped with dev"
     assert not port_open(broker_port), "the embedded broker must be stopped with dev"
+    assert not pid_alive(worker_pid), "the projections worker must be stopped with dev"
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def port_open(port: int) -> bool:

@@ -178,3 +178,18 @@ def test_sse_frame() -> None:
     assert (frame.id, frame.event) == (7, "user.message")
     assert frame.data["payload"]["text"] == "x"
     assert frame.data["seq"] == 7
+
+
+@settings(max_examples=100, deadline=None)
+@given(log=session_logs(), data=st.data())
+@pytest.mark.parametrize("projection", ALL, ids=lambda p: p.name)
+def test_apply_many_equals_apply_one_by_one(
+    projection: Projection[Any], log: list[Ev], data: st.DataObject
+) -> None:
+    one_by_one: Folded[Any] = Folded(0, projection.initial())
+    for event in log:
+        one_by_one = step(projection, one_by_one, event)
+    split = data.draw(st.integers(0, len(log)))
+    state = projection.apply_many(projection.initial(), log[:split])
+    state = projection.apply_many(state, log[split:])
+    assert projection.dump(state) == projection.dump(one_by_one.state)

@@ -1,0 +1,157 @@
+"""Replay-from-zero throughput of each projection's rebuild, against a bare consumer.
+
+    python -m benchmarks.replay [--events 100000] [--sessions 100]
+
+Loads the ledger in bulk (alternating user and assistant messages), publishes the same events to
+a fresh keel.events.v1 with a bare producer, then measures in the same run: a bare aiokafka
+consumer reading and JSON-decoding the whole topic (the baseline), and `rebuild` of each
+projection (fold in memory, one row per session per flush, ledger leveling, switch).
+Last line: one JSON object with events/s per projection, `ratio_vs_consumer` and peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import resource
+import secrets
+import time
+from datetime import UTC, datetime
+
+import asyncpg
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from benchmarks.servers import kafka, postgres, scratch_database
+from keel_stream.kafka.records import EventRecordCodec
+from keel_stream.projector.rebuild import rebuild
+from keel_stream.store import create_pool
+from projections import ALL
+from topics.admin import apply_catalog
+from topics.catalog import EVENTS
+
+
+async def load_ledger(pool: asyncpg.Pool, events: int, sessions: int) -> None:
+    per_session = events // sessions
+    await pool.execute("INSERT INTO tenants (tenant_id) VALUES ('bench')")
+    await pool.execute(
+        "INSERT INTO sessions (tenant_id, session_id, last_seq)"
+        " SELECT 'bench', 's' || g, $2 FROM generate_series(0, $1 - 1) AS g",
+        sessions,
+        per_session,
+    )
+    await pool.execute(
+        """
+        INSERT INTO events (tenant_id, session_id, seq, kind, payload, request_digest)
+        SELECT 'bench', 's' || g, n,
+               CASE WHEN n % 2 = 1 THEN 'user.message' ELSE 'assistant.message' END,
+               CASE WHEN n % 2 = 1
+                    THEN jsonb_build_object('text', 'question ' || n)
+                    ELSE jsonb_build_object(
+                        'content', jsonb_build_array(
+                            jsonb_build_object('type', 'text', 'text', 'answer ' || n)),
+                        'inputSeqs', jsonb_build_array(n - 1),
+                        'stopReason', 'end_turn')
+               END,
+               ''
+        FROM generate_series(0, $1 - 1) AS g CROSS JOIN generate_series(1, $2) AS n
+        """,
+        sessions,
+        per_session,
+    )
+
+
+async def publish_ledger(pool: asyncpg.Pool, bootstrap: str, topic: str) -> int:
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", linger_ms=5, max_batch_size=512 * 1024
+    )
+    await producer.start()
+    sent = 0
+    try:
+        async with pool.acquire() as conn, conn.transaction():
+            cursor = conn.cursor(
+                "SELECT tenant_id, session_id, seq, kind, payload, committed_at FROM events"
+                " ORDER BY session_id, seq"
+            )
+            futures = []
+            async for r in cursor:
+                record = EventRecordCodec.encode(
+                    r["tenant_id"], r["session_id"], r["seq"], r["kind"], r["payload"],
+                    r["committed_at"],
+                )  # fmt: skip
+                futures.append(await producer.send(topic, value=record.value, key=record.key))
+                sent += 1
+            await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+    return sent
+
+
+async def bare_consumer(bootstrap: str, topic: str, expected: int) -> float:
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        max_partition_fetch_bytes=8 * 1024 * 1024,
+    )
+    await consumer.start()
+    try:
+        await consumer.topics()
+        partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
+        consumer.assign(partitions)
+        await consumer.seek_to_beginning(*partitions)
+        started = time.monotonic()
+        read = 0
+        while read < expected:
+            for records in (await consumer.getmany(timeout_ms=200, max_records=20_000)).values():
+                for record in records:
+                    orjson.loads(record.value)
+                    read += 1
+        return read / (time.monotonic() - started)
+    finally:
+        await consumer.stop()
+
+
+async def run(args: argparse.Namespace, dsn: str, bootstrap: str) -> dict[str, object]:
+    prefix = f"replay_{secrets.token_hex(3)}."
+    await apply_catalog(bootstrap, prefix)
+    topic = EVENTS.full_name(prefix)
+    async with scratch_database(dsn) as bench_dsn:
+        pool = await create_pool(bench_dsn, max_size=4)
+        try:
+            await load_ledger(pool, args.events, args.sessions)
+            sent = await publish_ledger(pool, bootstrap, topic)
+            baseline = await bare_consumer(bootstrap, topic, sent)
+            rates: dict[str, float] = {}
+            for projection in ALL:
+                report = await rebuild(pool, bootstrap, projection.name, topic_prefix=prefix)
+                rates[projection.name] = report.events / report.seconds
+                print(
+                    f"rebuild {projection.name:<11} {rates[projection.name]:10,.0f} events/s"
+                    f"  ({report.events} events, {report.seconds:.1f}s)"
+                )
+        finally:
+            await pool.close()
+    print(f"bare consumer         {baseline:10,.0f} events/s")
+    return {
+        "events": sent,
+        "sessions": args.sessions,
+        "consumer_events_per_s": round(baseline),
+        **{f"{name}_events_per_s": round(rate) for name, rate in rates.items()},
+        "ratio_vs_consumer": {name: round(rate / baseline, 3) for name, rate in rates.items()},
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "measured_at": datetime.now(UTC).isoformat(),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--sessions", type=int, default=100)
+    args = parser.parse_args()
+    with postgres() as dsn, kafka() as bootstrap:
+        result = asyncio.run(run(args, dsn, bootstrap))
+    print(orjson.dumps(result).decode())
+
+
+if __name__ == "__main__":
+    main()
