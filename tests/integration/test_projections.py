@@ -17,6 +17,7 @@ from keel_stream.readmodels import ReadModels
 from keel_stream.relay import RelayConfig
 from keel_stream.store import PostgresLedger
 from projections import TRANSCRIPT, fold
+from tests.support.cli import run_keel
 from tests.support.kafka import KafkaServer
 from tests.support.ledger import converse_all, make_sessions, outbox_empty
 from tests.support.projector import (
@@ -210,3 +211,33 @@ async def test_read_models_errors(
     with pytest.raises(ProjectionBehind) as info:
         await models.get("transcript", "acme", "s1", min_seq=1, timeout_s=0.3)
     assert info.value.retriable
+
+
+async def test_rebuild_and_status_commands(
+    ledger: PostgresLedger,
+    pool: asyncpg.Pool,
+    database_dsn: str,
+    kafka: KafkaServer,
+    topic_prefix: str,
+) -> None:
+    sessions = await make_sessions(ledger, 3)
+    await converse_all(ledger, pool, sessions, cycles=4)
+    async with relay_task(RelayConfig(database_dsn, kafka.bootstrap, topic_prefix)):
+        await wait_until(lambda: outbox_empty(pool), CONVERGE_S, "the relay to publish")
+    env = {
+        "KEEL_DATABASE_URL": database_dsn,
+        "KEEL_KAFKA_BOOTSTRAP": kafka.bootstrap,
+        "KEEL_TOPIC_PREFIX": topic_prefix,
+    }
+    rebuilt = await run_keel("projections", "rebuild", "run_status", env=env)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert "run_status: generation 2 is live (60 events, 3 sessions" in rebuilt.stdout
+    status = await run_keel("projections", "status", env=env)
+    assert status.returncode == 0, status.stderr
+    rows = [line.split() for line in status.stdout.splitlines()[1:]]
+    run_status_rows = {(r[1], r[2]): r for r in rows if r[0] == "run_status"}
+    assert run_status_rows[("2", "live")][3:6] == ["3", "0", "0"]  # sessions, behind, lag
+    assert ("1", "retired") in run_status_rows
+    unknown = await run_keel("projections", "rebuild", "nope", env=env)
+    assert unknown.returncode == 1
+    assert "unknown_projection" in unknown.stderr
