@@ -20,6 +20,8 @@ from keel_stream.logs import configure_logging, get_logger
 from keel_stream.relay import Relay, RelayConfig, Shard, republish
 from keel_stream.settings import KeelSettings
 from keel_stream.store import MigrationReport, connect, create_pool, migrate
+from keel_stream.worker.providers import FakeProvider, OpenAIProvider, Provider
+from keel_stream.worker.worker import Worker, WorkerConfig
 from topics.admin import apply_catalog, describe_topics
 from topics.catalog import EVENTS
 
@@ -355,6 +357,38 @@ def projections_status(database_url: DatabaseUrl = None, bootstrap: Bootstrap = 
     _run(work())
 
 
+def _provider(settings: KeelSettings) -> Provider:
+    if settings.provider == "fake":
+        return FakeProvider()
+    if settings.provider == "openai":
+        return OpenAIProvider(
+            settings.openai_base_url, settings.openai_api_key, settings.openai_model
+        )
+    raise _fail("unknown_provider", f"KEEL_PROVIDER={settings.provider!r}: use fake or openai", 2)
+
+
+def _worker_config(settings: KeelSettings, dsn: str, servers: str | None) -> WorkerConfig:
+    return WorkerConfig(
+        database_url=dsn,
+        bootstrap=servers,
+        topic_prefix=settings.topic_prefix,
+        slots=settings.worker_slots,
+        lease_ttl_s=settings.worker_lease_ttl_s,
+        drain_grace_s=settings.worker_drain_grace_s,
+        max_turns=settings.worker_max_turns,
+        provider=_provider(settings),
+    )
+
+
+@app.command("worker")
+def worker_command(database_url: DatabaseUrl = None, bootstrap: Bootstrap = None) -> None:
+    """Claim and run agent runs until SIGTERM (which drains: finish or release, then exit)."""
+    settings = _settings()
+    dsn = _require(database_url or settings.database_url, "missing_database_url", "set it")
+    worker = Worker(_worker_config(settings, dsn, bootstrap or settings.kafka_bootstrap))
+    _run(_until_signalled(worker.run))
+
+
 @app.command("dev")
 def dev_command(
     database_url: DatabaseUrl = None,
@@ -416,10 +450,11 @@ async def _dev(
         "KEEL_KAFKA_BOOTSTRAP": servers,
         "KEEL_DATA_DIR": str(data_dir),
     }
+    worker = Worker(_worker_config(settings, dsn, servers))
     async with child_process("projections", "run", env=env) as projector:
         typer.echo(f"projections worker: pid {projector.pid}")
         typer.echo("ready; Ctrl-C or SIGTERM stops")
-        await relay.run(stop)
+        await asyncio.gather(relay.run(stop), worker.run(stop))
 
 
 def main() -> None:

@@ -32,5 +32,14 @@ class KeelSettings(BaseSettings):
     projector_reconcile_every_s: float = Field(default=2.0, gt=0)
     projector_reconcile_idle_s: float = Field(default=2.0, ge=0)
     """A session is reconciled from the ledger only after this long without a commit."""
+    provider: str = "fake"
+    """The model provider of workers: fake (deterministic, the default) or openai."""
+    openai_base_url: str = "https://api.openai.com/v1"
+    openai_api_key: str | None = None
+    openai_model: str = "gpt-4o-mini"
+    worker_slots: int = Field(default=4, ge=1)
+    worker_lease_ttl_s: float = Field(default=15.0, gt=0)
+    worker_drain_grace_s: float = Field(default=10.0, ge=0)
+    worker_max_turns: int = Field(default=8, ge=1)
     metrics_port: int | None = None
     """Serve Prometheus metrics on this port (relay); unset: not served."""

@@ -212,7 +212,7 @@ def build_app(config: HostConfig) -> faust.App:
                         idle_s=config.reconcile_idle_s,
                         owns=runtime.owns(assigned),
                     )
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - the next tick tries again
                 runtime.log.warning("reconcile failed", error=repr(exc))
                 return
             if result.applied:
@@ -238,7 +238,7 @@ async def _apply_until_done(runtime: _Runtime, records: list[SourceRecord]) -> N
             if result.gap_filled:
                 runtime.log.info("gap filled from the ledger", events=result.gap_filled)
             return
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - transient trouble: retry the batch
             runtime.log.warning("batch failed; retrying", error=repr(exc))
             await asyncio.sleep(backoff.next_delay())
 

@@ -82,7 +82,7 @@ class Publisher:
                         self._topic, value=record.value, key=record.key, headers=record.headers
                     )
                 )
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a failed send ends the batch; acks count
             error = exc
         acked = 0
         for result in await asyncio.gather(*futures, return_exceptions=True):

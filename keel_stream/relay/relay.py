@@ -135,7 +135,7 @@ class Relay:
             return await Publisher.open(
                 self._config.bootstrap, self._topic, self._config.topic_prefix
             )
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any broker failure: back off and retry
             self._log.warning("broker unavailable", error=repr(exc))
             metrics.FAILURES.inc()
             return None

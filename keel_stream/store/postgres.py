@@ -102,6 +102,9 @@ class PostgresLedger:
             commit.dedupe_key,
             commit.digest,
         )
+        if commit.kind is Kind.USER_MESSAGE:
+            # Same transaction: an input is never committed without the run that answers it.
+            await conn.execute(query("enqueue_run"), tenant, session)
         return Submission(
             created=True,
             seq=appended["seq"],

@@ -1,0 +1,26 @@
+-- Claim one run: a pending one, or a running one whose lease expired (a takeover). SKIP LOCKED
+-- lets workers claim concurrently; the epoch increases on every claim, which fences the previous
+-- owner. External sessions are filtered here (fail-closed): even a dirty run row is never claimed.
+UPDATE runs AS r
+SET status = 'running',
+    lease_owner = $1,
+    lease_epoch = r.lease_epoch + 1,
+    lease_expires_at = now() + make_interval(secs => $2),
+    heartbeat_at = now(),
+    attempts = r.attempts + 1,
+    pending_input = false,
+    cancel_requested = false,
+    updated_at = now()
+FROM (
+    SELECT c.tenant_id, c.session_id
+    FROM runs AS c
+    JOIN sessions AS s USING (tenant_id, session_id)
+    WHERE s.state_owner <> 'external'
+      AND (c.status = 'pending' OR (c.status = 'running' AND c.lease_expires_at < now()))
+    ORDER BY c.updated_at
+    LIMIT 1
+    FOR UPDATE OF c SKIP LOCKED
+) AS claimed
+WHERE r.tenant_id = claimed.tenant_id AND r.session_id = claimed.session_id
+RETURNING r.tenant_id, r.session_id, r.lease_epoch, r.attempts, r.max_attempts,
+          r.read_watermark;

@@ -1,0 +1,65 @@
+"""Token partials to keel.partials.v1: best effort, never in the ledger, never blocking the loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from datetime import UTC, datetime
+
+from aiokafka import AIOKafkaProducer
+
+from keel_stream.kafka.records import record_key
+from keel_stream.logs import get_logger
+from topics.records import PartialFrame
+
+__all__ = ["PartialsPublisher"]
+
+
+class PartialsPublisher:
+    """Sends partial frames without waiting for acknowledgements; drops them if the broker is
+    away (a client that misses partials still gets the committed message with its seq)."""
+
+    def __init__(self, bootstrap: str | None, topic: str) -> None:
+        self._bootstrap = bootstrap
+        self._topic = topic
+        self._producer: AIOKafkaProducer | None = None
+        self._log = get_logger("partials")
+
+    async def start(self) -> None:
+        if self._bootstrap is None:
+            return
+        producer = AIOKafkaProducer(
+            bootstrap_servers=self._bootstrap, acks=1, linger_ms=5, request_timeout_ms=5_000
+        )
+        try:
+            await asyncio.wait_for(producer.start(), 10)
+        except Exception as exc:  # noqa: BLE001 - partials are optional
+            self._log.warning("partials disabled: broker unavailable", error=repr(exc))
+            with contextlib.suppress(Exception):
+                await producer.stop()
+            return
+        self._producer = producer
+
+    async def publish(
+        self, tenant: str, session: str, generation_id: str, index: int, delta: str
+    ) -> None:
+        if self._producer is None:
+            return
+        frame = PartialFrame(
+            tenant=tenant,
+            session=session,
+            generation_id=generation_id,
+            index=index,
+            delta=delta,
+            emitted_at=datetime.now(UTC),
+        )
+        with contextlib.suppress(Exception):
+            await self._producer.send(
+                self._topic, value=frame.model_dump_json().encode(), key=record_key(tenant, session)
+            )
+
+    async def stop(self) -> None:
+        if self._producer is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._producer.stop(), 10)
+            self._producer = None

@@ -1,0 +1,79 @@
+"""The fake provider: deterministic, scriptable from the user's own words.
+
+By default it answers `echo: <the latest user text>`, one word per delta. Directives in the
+latest user message script it:
+
+- `[[tool:NAME {json args}]]`: first ask for the tool, answer after its result arrives;
+- `[[fail:N]]`: fail (stopReason error) on the first N attempts of the run;
+- `[[fail-after-tool]]`: fail on the request that follows a tool result;
+- `[[slow:MS]]`: wait MS milliseconds before each delta (a slow token stream).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any, Final
+
+from keel_stream.worker.providers.base import (
+    Finish,
+    ProviderEvent,
+    ProviderRequest,
+    TextDelta,
+    ToolCall,
+)
+
+__all__ = ["FakeProvider"]
+
+_DIRECTIVE: Final = re.compile(r"\[\[(\w[\w-]*)(?::([^\]]*))?\]\]")
+
+
+def _latest_user(messages: Sequence[Mapping[str, Any]]) -> tuple[str, bool]:
+    """The latest user text, and whether a tool result came after it."""
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if message.get("role") == "user":
+            after = messages[index + 1 :]
+            return str(message.get("content") or ""), any(
+                m.get("role") == "toolResult" for m in after
+            )
+    return "", False
+
+
+def _result_text(messages: Sequence[Mapping[str, Any]]) -> str:
+    for message in reversed(messages):
+        if message.get("role") == "toolResult":
+            content = message.get("content") or []
+            return " ".join(str(b.get("text", "")) for b in content if isinstance(b, dict))
+    return ""
+
+
+class FakeProvider:
+    name = "fake"
+    model = "fake"
+
+    async def stream(self, request: ProviderRequest) -> AsyncIterator[ProviderEvent]:
+        text, after_tool = _latest_user(request.messages)
+        directives = {m[1]: (m[2] or "") for m in _DIRECTIVE.finditer(text)}
+        plain = _DIRECTIVE.sub("", text).strip()
+        delay = int(directives.get("slow") or 0) / 1000
+        fail_attempts = int(directives.get("fail") or 0)
+        usage = {"input": sum(len(str(m.get("content", ""))) for m in request.messages)}
+        if request.attempt <= fail_attempts or (after_tool and "fail-after-tool" in directives):
+            yield Finish("error", usage, error="fake provider failure")
+            return
+        if "tool" in directives and not after_tool:
+            name, _, raw = directives["tool"].strip().partition(" ")
+            arguments = json.loads(raw) if raw.strip() else {}
+            yield ToolCall(f"call-{request.generation_id}", name, arguments)
+            yield Finish("tool_use", {**usage, "output": 1})
+            return
+        reply = f"done: {_result_text(request.messages)}" if after_tool else f"echo: {plain}"
+        words = reply.split(" ")
+        for index, word in enumerate(words):
+            if delay:
+                await asyncio.sleep(delay)
+            yield TextDelta(word if index == 0 else f" {word}")
+        yield Finish("end_turn", {**usage, "output": len(words)})

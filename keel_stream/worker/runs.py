@@ -1,0 +1,98 @@
+"""The run row of a session: claims (with takeover), heartbeats, settling, release, cancel."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import asyncpg
+
+from keel_stream.kernel.status import RunStatus
+from keel_stream.kernel.types import LeaseToken
+from keel_stream.store.driver_errors import translated
+from keel_stream.store.sqlfiles import query
+
+__all__ = ["Claim", "Heartbeat", "RunStore"]
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A run this worker now owns, at an epoch no earlier owner can write with."""
+
+    tenant: str
+    session: str
+    lease: LeaseToken
+    attempts: int
+    max_attempts: int
+    read_watermark: int
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    held: bool
+    """False once another worker took the run over (or it was settled): stop at once."""
+    cancel_requested: bool
+
+
+class RunStore:
+    def __init__(self, pool: asyncpg.Pool, owner: str, lease_ttl_s: float) -> None:
+        self._pool = pool
+        self._owner = owner
+        self._ttl = lease_ttl_s
+
+    async def claim(self) -> Claim | None:
+        async with translated("claim run"):
+            row = await self._pool.fetchrow(query("claim_run"), self._owner, self._ttl)
+        if row is None:
+            return None
+        return Claim(
+            tenant=row["tenant_id"],
+            session=row["session_id"],
+            lease=LeaseToken(owner=self._owner, epoch=row["lease_epoch"]),
+            attempts=row["attempts"],
+            max_attempts=row["max_attempts"],
+            read_watermark=row["read_watermark"],
+        )
+
+    async def heartbeat(self, claim: Claim) -> Heartbeat:
+        async with translated("heartbeat"):
+            row = await self._pool.fetchrow(
+                query("heartbeat_run"),
+                claim.tenant,
+                claim.session,
+                claim.lease.owner,
+                claim.lease.epoch,
+                self._ttl,
+            )
+        if row is None:
+            return Heartbeat(held=False, cancel_requested=False)
+        return Heartbeat(held=True, cancel_requested=bool(row["cancel_requested"]))
+
+    async def settle(self, claim: Claim, status: RunStatus, read_watermark: int) -> bool:
+        async with translated("settle run"):
+            row = await self._pool.fetchrow(
+                query("settle_run"),
+                claim.tenant,
+                claim.session,
+                claim.lease.owner,
+                claim.lease.epoch,
+                status.value,
+                read_watermark,
+            )
+        return row is not None
+
+    async def release(self, claim: Claim) -> bool:
+        async with translated("release run"):
+            row = await self._pool.fetchrow(
+                query("release_run"),
+                claim.tenant,
+                claim.session,
+                claim.lease.owner,
+                claim.lease.epoch,
+            )
+        return row is not None
+
+    async def request_cancel(self, tenant: str, session: str) -> bool:
+        """Ask the owning worker to stop the running attempt; False if none is running."""
+        async with translated("cancel run"):
+            row = await self._pool.fetchrow(query("request_cancel"), tenant, session)
+        return row is not None

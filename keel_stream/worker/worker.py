@@ -1,0 +1,151 @@
+"""`keel-stream worker`: claims runs, runs attempts, heartbeats leases, drains on SIGTERM.
+
+A worker runs up to `slots` attempts at once. Each attempt has a heartbeat that extends its
+lease and watches for a cancel request; if the heartbeat finds the lease gone (another worker
+took over after it expired), the attempt stops without another commit, and the kernel would
+fence it anyway. On stop (SIGTERM) the worker claims nothing more, lets running attempts finish
+for `drain_grace_s`, then releases the rest: they go back to pending, unanswered input intact,
+and another worker continues them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+from dataclasses import dataclass, field
+
+from keel_stream.errors import StoreUnavailable
+from keel_stream.logs import get_logger
+from keel_stream.store.connect import create_pool
+from keel_stream.store.postgres import PostgresLedger
+from keel_stream.worker.loop import AgentLoop, Signals
+from keel_stream.worker.partials import PartialsPublisher
+from keel_stream.worker.providers.base import Provider
+from keel_stream.worker.providers.fake import FakeProvider
+from keel_stream.worker.runs import Claim, RunStore
+from topics.catalog import PARTIALS
+
+__all__ = ["Worker", "WorkerConfig"]
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    database_url: str
+    bootstrap: str | None = None
+    topic_prefix: str = ""
+    owner: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    slots: int = 4
+    lease_ttl_s: float = 15.0
+    poll_s: float = 0.5
+    drain_grace_s: float = 10.0
+    max_turns: int = 8
+    provider: Provider = field(default_factory=FakeProvider)
+
+    @property
+    def heartbeat_s(self) -> float:
+        return self.lease_ttl_s / 3
+
+
+class Worker:
+    def __init__(self, config: WorkerConfig) -> None:
+        self._config = config
+        self._log = get_logger("worker").bind(owner=config.owner)
+        self._attempts: dict[asyncio.Task[None], Claim] = {}
+
+    async def run(self, stop: asyncio.Event) -> None:
+        config = self._config
+        pool = await create_pool(config.database_url, min_size=1, max_size=config.slots + 2)
+        partials = PartialsPublisher(config.bootstrap, PARTIALS.full_name(config.topic_prefix))
+        await partials.start()
+        runs = RunStore(pool, config.owner, config.lease_ttl_s)
+        loop = AgentLoop(PostgresLedger(pool), runs, config.provider, partials, config.max_turns)
+        wake = asyncio.Event()
+
+        def on_commit(*_: object) -> None:
+            wake.set()
+
+        listener = await pool.acquire()
+        await listener.add_listener("keel_commits", on_commit)
+        self._log.info("ready", slots=config.slots)
+        try:
+            while not stop.is_set():
+                claim = None
+                if len(self._attempts) < config.slots:
+                    try:
+                        claim = await runs.claim()
+                    except StoreUnavailable as exc:
+                        self._log.warning("claim failed", error=str(exc))
+                if claim is not None:
+                    self._start(loop, runs, claim)
+                    continue
+                wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(_first(wake, stop), config.poll_s)
+            await self._drain(runs)
+        finally:
+            await listener.remove_listener("keel_commits", on_commit)
+            await pool.release(listener)
+            await partials.stop()
+            await pool.close()
+            self._log.info("stopped")
+
+    def _start(self, loop: AgentLoop, runs: RunStore, claim: Claim) -> None:
+        self._log.info(
+            "claimed", session=claim.session, epoch=claim.lease.epoch, attempt=claim.attempts
+        )
+        task = asyncio.create_task(self._attempt(loop, runs, claim))
+        self._attempts[task] = claim
+        task.add_done_callback(lambda t: self._attempts.pop(t, None))
+
+    async def _attempt(self, loop: AgentLoop, runs: RunStore, claim: Claim) -> None:
+        signals = Signals()
+        beating = asyncio.create_task(self._heartbeat(runs, claim, signals))
+        try:
+            result = await loop.run_attempt(claim, signals)
+            self._log.info(
+                "settled", session=claim.session, status=result.status, turns=result.turns
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the lease expires; another worker retries
+            self._log.error("attempt crashed", session=claim.session, error=repr(exc))
+        finally:
+            beating.cancel()
+
+    async def _heartbeat(self, runs: RunStore, claim: Claim, signals: Signals) -> None:
+        while True:
+            await asyncio.sleep(self._config.heartbeat_s)
+            try:
+                beat = await runs.heartbeat(claim)
+            except StoreUnavailable:
+                continue
+            if not beat.held:
+                signals.fenced.set()
+                return
+            if beat.cancel_requested:
+                signals.cancel.set()
+
+    async def _drain(self, runs: RunStore) -> None:
+        if not self._attempts:
+            return
+        self._log.info("draining", attempts=len(self._attempts))
+        _, unfinished = await asyncio.wait(set(self._attempts), timeout=self._config.drain_grace_s)
+        for task in unfinished:
+            claim = self._attempts.get(task)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            if claim is not None:
+                await runs.release(claim)
+                self._log.info("released", session=claim.session, epoch=claim.lease.epoch)
+
+
+async def _first(*events: asyncio.Event) -> None:
+    waiters = [asyncio.create_task(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()

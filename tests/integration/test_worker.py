@@ -1,0 +1,320 @@
+"""The agent runtime: runs, leases, the loop, providers, cancel, drain and takeover."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+
+from keel_stream.errors import LeaseFenced
+from keel_stream.kernel import CommitRequest, Event, LeaseToken, account_inputs
+from keel_stream.store import ExternalMarkers, PostgresLedger
+from keel_stream.worker.runs import RunStore
+from tests.support.kafka import KafkaServer
+from tests.support.wait import wait_until
+from tests.support.workers import (
+    WorkerProcess,
+    has_event,
+    log_of,
+    run_status,
+    settled,
+    worker_task,
+)
+from topics.catalog import PARTIALS
+
+
+async def say(
+    ledger: PostgresLedger, text: str, key: str, delivery: str | None = None, session: str = "s1"
+) -> int:
+    payload: dict[str, Any] = {"text": text}
+    if delivery:
+        payload["delivery"] = delivery
+    submission = await ledger.commit(
+        CommitRequest(
+            tenant_id="acme", session_id=session, kind="user.message", payload=payload, key=key
+        )
+    )
+    return submission.seq
+
+
+def answers(events: list[Event]) -> list[Event]:
+    return [e for e in events if e.kind == "assistant.message"]
+
+
+def assert_each_input_answered_once(events: list[Event]) -> None:
+    inputs = [e.seq for e in events if e.kind == "user.message"]
+    answered = [
+        s
+        for e in answers(events)
+        if e.payload["stopReason"] not in ("error", "aborted")
+        for s in e.payload["inputSeqs"]
+    ]
+    assert sorted(answered) == inputs, (answered, inputs)
+
+
+async def test_the_seed_verified_stream(
+    ledger: PostgresLedger, pool: asyncpg.Pool, database_dsn: str, session: tuple[str, str]
+) -> None:
+    async with worker_task(database_dsn):
+        await say(ledger, "hello keel", "9e5088a0")
+        await settled(pool, "s1", "done")
+    events = await log_of(ledger, "s1")
+    assert [(e.seq, e.kind) for e in events] == [
+        (1, "user.message"),
+        (2, "assistant.message"),
+        (3, "run.finished"),
+    ]
+    assert events[0].payload == {"text": "hello keel", "requestId": "9e5088a0"}
+    answer = events[1].payload
+    assert answer["role"] == "assistant"
+    assert answer["content"] == [{"type": "text", "text": "echo: hello keel"}]
+    assert (answer["inputSeqs"], answer["stopReason"]) == ([1], "end_turn")
+    summary = events[2].payload
+    assert (summary["status"], summary["turns"], summary["stopReason"]) == ("done", 1, "end_turn")
+    assert (summary["provider"], summary["model"]) == ("fake", "fake")
+    assert summary["toolTimings"] == []
+
+
+async def test_guide_during_a_tool_turn_goes_to_the_next_request(
+    ledger: PostgresLedger, pool: asyncpg.Pool, database_dsn: str, session: tuple[str, str]
+) -> None:
+    async with worker_task(database_dsn):
+        await say(ledger, '[[tool:sleep {"seconds": 1.5}]] look it up', "r1")
+        await wait_until(
+            lambda: has_event(ledger, "s1", lambda e: e.payload.get("stopReason") == "tool_use"),
+            30,
+            "the tool call to be committed",
+        )
+        guide_seq = await say(ledger, "also check the weather", "r2", delivery="guide")
+        await settled(pool, "s1", "done")
+    events = await log_of(ledger, "s1")
+    guide = next(e for e in events if e.seq == guide_seq)
+    assert guide.payload["delivery"] == "guide", "an active attempt keeps guide"
+    first, second = answers(events)
+    assert first.payload["inputSeqs"] == [1]
+    assert first.seq < guide_seq < second.seq
+    assert second.payload["inputSeqs"] == [guide_seq]
+    result = next(e for e in events if e.kind == "tool.result")
+    assert first.seq < result.seq < second.seq, "the result comes before the next request"
+    assert_each_input_answered_once(events)
+
+
+async def test_provider_error_is_retried(
+    ledger: PostgresLedger, pool: asyncpg.Pool, database_dsn: str, session: tuple[str, str]
+) -> None:
+    async with worker_task(database_dsn):
+        await say(ledger, "[[fail:1]] flaky", "r1")
+        await settled(pool, "s1", "done")
+    events = await log_of(ledger, "s1")
+    outcome = [
+        (e.kind, e.payload["status"] if e.kind == "run.finished" else e.payload.get("stopReason"))
+        for e in events
+    ]
+    assert outcome == [
+        ("user.message", None),
+        ("assistant.message", "error"),
+        ("run.finished", "failed"),
+        ("assistant.message", "end_turn"),
+        ("run.finished", "done"),
+    ]
+    assert answers(events)[1].payload["inputSeqs"] == [1], "the retry answers the input"
+
+
+async def test_provider_errors_fail_the_run_when_the_budget_is_spent(
+    ledger: PostgresLedger, pool: asyncpg.Pool, database_dsn: str, session: tuple[str, str]
+) -> None:
+    async with worker_task(database_dsn):
+        await say(ledger, "[[fail:9]] broken", "r1")
+        await settled(pool, "s1", "failed")
+    events = await log_of(ledger, "s1")
+    summaries = [e.payload["status"] for e in events if e.kind == "run.finished"]
+    assert summaries == ["failed", "failed", "failed"]  # max_attempts = 3
+    assert account_inputs(events).unanswered == (1,)
+
+
+async def test_tool_turn_then_failed_call_owes_a_turn_and_is_not_done(
+    ledger: PostgresLedger, pool: asyncpg.Pool, database_dsn: str, session: tuple[str, str]
+) -> None:
+    async with worker_task(database_dsn):
+        await say(ledger, '[[tool:echo {"x": 1}]] [[fail-after-tool]] go', "r1")
+        await settled(pool, "s1", "failed")
+    events = await log_of(ledger, "s1")
+    account = account_inputs(events)
+    assert account.owed_turn
+    assert account.unanswered == ()
+    assert "done" not in [e.payload["status"] for e in events if e.kind == "run.finished"]
+    assert [e.kind for e in events[:4]] == [
+        "user.message", "assistant.message", "tool.result", "assistant.message",
+    ]  # fmt: skip
+    assert events[3].payload["stopReason"] == "error"
+
+
+async def test_cancel_keeps_the_streamed_text_and_the_next_run_answers_both(
+    ledger: PostgresLedger, pool: asyncpg.Pool, database_dsn: str, session: tuple[str, str]
+) -> None:
+    runs = RunStore(pool, "test", 10)
+    async with worker_task(database_dsn):
+        await say(ledger, "[[slow:300]] one two three four five six seven eight", "r1")
+        await wait_until(lambda: _running(pool), 30, "the attempt to be running")
+        assert await runs.request_cancel("acme", "s1")
+        await settled(pool, "s1", "failed")
+        events = await log_of(ledger, "s1")
+        aborted = answers(events)[0]
+        assert aborted.payload["stopReason"] == "aborted"
+        assert aborted.payload["content"][0]["text"].startswith("echo:")
+        summary = [e for e in events if e.kind == "run.finished"][-1]
+        assert summary.payload["status"] == "cancelled"
+        assert account_inputs(events).unanswered == (1,)
+        new_input = await say(ledger, "are you there", "r2")
+        await settled(pool, "s1", "done")
+    final = answers(await log_of(ledger, "s1"))[-1]
+    assert final.payload["inputSeqs"] == [1, new_input]
+
+
+async def _running(pool: asyncpg.Pool) -> bool:
+    return await run_status(pool, "s1") == "running"
+
+
+async def test_external_sessions_are_never_claimed(
+    ledger: PostgresLedger, pool: asyncpg.Pool, session: tuple[str, str]
+) -> None:
+    await ledger.create_session("acme", "ext", external=ExternalMarkers(backend="dsh", ref="r"))
+    await pool.execute(
+        "INSERT INTO runs (tenant_id, session_id, status) VALUES ('acme', 'ext', 'pending')"
+    )
+    assert await RunStore(pool, "w", 10).claim() is None
+    await say(ledger, "hi", "r1")
+    claim = await RunStore(pool, "w", 10).claim()
+    assert claim is not None
+    assert claim.session == "s1"
+
+
+async def test_partials_go_to_the_partials_topic_never_to_the_ledger(
+    ledger: PostgresLedger,
+    pool: asyncpg.Pool,
+    database_dsn: str,
+    kafka: KafkaServer,
+    topic_prefix: str,
+    session: tuple[str, str],
+) -> None:
+    async with worker_task(database_dsn, bootstrap=kafka.bootstrap, topic_prefix=topic_prefix):
+        await say(ledger, "one two three", "r1")
+        await settled(pool, "s1", "done")
+    events = await log_of(ledger, "s1")
+    assert [e.kind for e in events] == ["user.message", "assistant.message", "run.finished"]
+    text = answers(events)[0].payload["content"][0]["text"]
+    consumer_records = await _partials(kafka.bootstrap, PARTIALS.full_name(topic_prefix), 4)
+    assert "".join(consumer_records) == text
+
+
+async def _partials(bootstrap: str, topic: str, count: int) -> list[str]:
+    import orjson
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=50)
+    await consumer.start()
+    deltas: list[tuple[int, str]] = []
+    try:
+        await consumer.topics()
+        partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
+        consumer.assign(partitions)
+        await consumer.seek_to_beginning(*partitions)
+
+        async def enough() -> bool:
+            for records in (await consumer.getmany(timeout_ms=100)).values():
+                for r in records:
+                    frame = orjson.loads(r.value)
+                    deltas.append((frame["index"], frame["delta"]))
+            return len(deltas) >= count
+
+        await wait_until(enough, 30, "the partial frames")
+    finally:
+        await consumer.stop()
+    return [d for _, d in sorted(deltas)]
+
+
+async def test_worker_sigkilled_mid_tool_call_is_taken_over_and_fenced(
+    ledger: PostgresLedger,
+    pool: asyncpg.Pool,
+    database_dsn: str,
+    session: tuple[str, str],
+    tmp_path: Path,
+) -> None:
+    notes = tmp_path / "notes.txt"
+    first = await WorkerProcess(database_dsn, tmp_path, KEEL_TOOL_NOTES_FILE=str(notes)).start()
+    try:
+        await say(ledger, '[[tool:note {"text": "side effect", "sleep_ms": 3000}]] note it', "r1")
+        await wait_until(
+            lambda: has_event(ledger, "s1", lambda e: e.payload.get("stopReason") == "tool_use"),
+            60,
+            "the first worker to commit the tool call",
+        )
+    finally:
+        await first.signal(signal.SIGKILL)
+    async with worker_task(database_dsn):
+        import os
+
+        os.environ["KEEL_TOOL_NOTES_FILE"] = str(notes)
+        try:
+            await settled(pool, "s1", "done")
+        finally:
+            del os.environ["KEEL_TOOL_NOTES_FILE"]
+    events = await log_of(ledger, "s1")
+    results = [e for e in events if e.kind == "tool.result"]
+    calls = [
+        b["id"] for e in answers(events) for b in e.payload["content"] if b["type"] == "toolCall"
+    ]
+    assert len(calls) == 1
+    assert [r.payload["toolCallId"] for r in results] == calls, "exactly one result per call"
+    assert notes.read_text().splitlines() == ["side effect"]
+    epoch = await pool.fetchval("SELECT lease_epoch FROM runs WHERE session_id = 's1'")
+    assert epoch == 2, "the takeover raised the epoch"
+    # The old worker, were it to come back, commits with its old lease: fenced.
+    with pytest.raises(LeaseFenced):
+        await ledger.commit(
+            CommitRequest(
+                tenant_id="acme",
+                session_id="s1",
+                kind="tool.result",
+                payload={"toolCallId": calls[0], "content": []},
+                lease=LeaseToken(owner=first_owner(first), epoch=1),
+            )
+        )
+    assert_each_input_answered_once(events)
+
+
+def first_owner(process: WorkerProcess) -> str:
+    import socket
+
+    assert process.process is not None
+    return f"{socket.gethostname()}:{process.process.pid}"
+
+
+async def test_sigterm_during_a_run_loses_and_repeats_no_input(
+    ledger: PostgresLedger,
+    pool: asyncpg.Pool,
+    database_dsn: str,
+    session: tuple[str, str],
+    tmp_path: Path,
+) -> None:
+    first = await WorkerProcess(database_dsn, tmp_path, KEEL_WORKER_DRAIN_GRACE_S="0.5").start()
+    try:
+        await say(ledger, '[[tool:sleep {"seconds": 4}]] wait for it', "r1")
+        await wait_until(
+            lambda: has_event(ledger, "s1", lambda e: e.payload.get("stopReason") == "tool_use"),
+            60,
+            "the tool call to be committed",
+        )
+        second_input = await say(ledger, "and then?", "r2")
+    finally:
+        assert await first.signal(signal.SIGTERM) == 0
+    assert await run_status(pool, "s1") == "pending", "the drained attempt was released"
+    async with worker_task(database_dsn):
+        await settled(pool, "s1", "done")
+    events = await log_of(ledger, "s1")
+    assert_each_input_answered_once(events)
+    assert second_input in answers(events)[-1].payload["inputSeqs"]
+    assert account_inputs(events).unanswered == ()

@@ -1,0 +1,86 @@
+"""Workers in-process (tasks) and as real processes (to SIGKILL / SIGTERM them)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from keel_stream.kernel import Event
+from keel_stream.store import PostgresLedger
+from keel_stream.worker.worker import Worker, WorkerConfig
+from tests.support.wait import wait_until
+
+FAST = {"lease_ttl_s": 1.5, "poll_s": 0.1, "drain_grace_s": 2.0}
+
+
+@contextlib.asynccontextmanager
+async def worker_task(database_url: str, **options: Any) -> AsyncIterator[WorkerConfig]:
+    config = replace(WorkerConfig(database_url=database_url), **{**FAST, **options})
+    stop = asyncio.Event()
+    task = asyncio.create_task(Worker(config).run(stop))
+    try:
+        yield config
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 60)
+
+
+class WorkerProcess:
+    """`keel-stream worker` as a child process; its log goes to a file."""
+
+    def __init__(self, database_url: str, log_dir: Path, **env: str) -> None:
+        self._env = {
+            **os.environ,
+            "KEEL_DATABASE_URL": database_url,
+            "KEEL_WORKER_LEASE_TTL_S": "1.5",
+            **env,
+        }
+        self.log = log_dir / f"worker-{os.urandom(3).hex()}.log"
+        self.process: asyncio.subprocess.Process | None = None
+
+    async def start(self) -> WorkerProcess:
+        with self.log.open("ab") as log:
+            self.process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "keel_stream", "worker", env=self._env,
+                stdout=log, stderr=log,
+            )  # fmt: skip
+        return self
+
+    async def signal(self, sig: signal.Signals) -> int:
+        assert self.process is not None
+        if self.process.returncode is None:
+            self.process.send_signal(sig)
+            await asyncio.wait_for(self.process.wait(), 60)
+        assert self.process.returncode is not None
+        return self.process.returncode
+
+
+async def run_status(pool: asyncpg.Pool, session: str) -> str | None:
+    status = await pool.fetchval(
+        "SELECT status FROM runs WHERE tenant_id = 'acme' AND session_id = $1", session
+    )
+    return None if status is None else str(status)
+
+
+async def settled(pool: asyncpg.Pool, session: str, *statuses: str, timeout_s: float = 60) -> None:
+    async def done() -> bool:
+        return await run_status(pool, session) in statuses
+
+    await wait_until(done, timeout_s, f"the run of {session} to settle as {statuses}")
+
+
+async def log_of(ledger: PostgresLedger, session: str) -> list[Event]:
+    return await ledger.read_events("acme", session, after=0, limit=1000)
+
+
+async def has_event(ledger: PostgresLedger, session: str, predicate: Any) -> bool:
+    return any(predicate(e) for e in await log_of(ledger, session))
