@@ -12,6 +12,9 @@ from typing import Annotated, TypeVar
 import typer
 
 from keel_stream.analytics.tail import TailOptions, tail
+from keel_stream.api.app import ApiConfig
+from keel_stream.api.keys import KeyStore
+from keel_stream.api.server import api_server
 from keel_stream.dev.children import child_process
 from keel_stream.dev.postgres import EmbeddedPostgres
 from keel_stream.errors import KeelError
@@ -19,7 +22,8 @@ from keel_stream.kafka.broker import EmbeddedBroker
 from keel_stream.logs import configure_logging, get_logger
 from keel_stream.relay import Relay, RelayConfig, Shard, republish
 from keel_stream.settings import KeelSettings
-from keel_stream.store import MigrationReport, connect, create_pool, migrate
+from keel_stream.store import MigrationReport, PostgresLedger, connect, create_pool, migrate
+from keel_stream.store.sqlfiles import query
 from keel_stream.worker.providers import FakeProvider, OpenAIProvider, Provider
 from keel_stream.worker.worker import Worker, WorkerConfig
 from topics.admin import apply_catalog, describe_topics
@@ -34,6 +38,10 @@ topics_app = typer.Typer(no_args_is_help=True, help="The topic catalog on the br
 app.add_typer(topics_app, name="topics")
 projections_app = typer.Typer(no_args_is_help=True, help="The read models (Faust projections).")
 app.add_typer(projections_app, name="projections")
+tenants_app = typer.Typer(no_args_is_help=True, help="Tenants.")
+app.add_typer(tenants_app, name="tenants")
+keys_app = typer.Typer(no_args_is_help=True, help="API keys (each maps to one tenant).")
+app.add_typer(keys_app, name="keys")
 
 DatabaseUrl = Annotated[
     str | None, typer.Option("--database-url", help="PostgreSQL URL ($KEEL_DATABASE_URL).")
@@ -389,6 +397,86 @@ def worker_command(database_url: DatabaseUrl = None, bootstrap: Bootstrap = None
     _run(_until_signalled(worker.run))
 
 
+@app.command("api")
+def api_command(
+    database_url: DatabaseUrl = None,
+    bootstrap: Bootstrap = None,
+    port: Annotated[int | None, typer.Option(help="Port ($KEEL_API_PORT).")] = None,
+) -> None:
+    """Serve AgentAPI (REST + SSE) until SIGTERM, which drains open streams first."""
+    settings = _settings()
+    dsn = _require(database_url or settings.database_url, "missing_database_url", "set it")
+    api = ApiConfig(
+        database_url=dsn,
+        bootstrap=bootstrap or settings.kafka_bootstrap,
+        topic_prefix=settings.topic_prefix,
+    )
+    server = api_server(api, settings.api_host, port if port is not None else settings.api_port)
+    _run(server.serve())
+
+
+@tenants_app.command("create")
+def tenants_create(
+    tenant: Annotated[str, typer.Argument(help="The tenant id.")],
+    name: Annotated[str, typer.Option(help="A display name.")] = "",
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Create a tenant."""
+    settings = _settings()
+    dsn = _require(database_url or settings.database_url, "missing_database_url", "set it")
+
+    async def work() -> None:
+        pool = await create_pool(dsn, max_size=1)
+        try:
+            await PostgresLedger(pool).create_tenant(tenant, name)
+        finally:
+            await pool.close()
+
+    _run(work())
+    typer.echo(f"created tenant {tenant}")
+
+
+@keys_app.command("create")
+def keys_create(
+    tenant: Annotated[str, typer.Option(help="The tenant the key acts for.")],
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Create an API key; it is printed once and stored only as a hash."""
+    settings = _settings()
+    dsn = _require(database_url or settings.database_url, "missing_database_url", "set it")
+
+    async def work() -> tuple[str, str]:
+        pool = await create_pool(dsn, max_size=1)
+        try:
+            return await KeyStore(pool).create(tenant)
+        finally:
+            await pool.close()
+
+    key_id, key = _run(work())
+    typer.echo(f"key id: {key_id}")
+    typer.echo(f"key:    {key}")
+
+
+@keys_app.command("revoke")
+def keys_revoke(
+    key_id: Annotated[str, typer.Argument(help="The key id printed at creation.")],
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Revoke an API key (requests with it answer 401 from now on)."""
+    settings = _settings()
+    dsn = _require(database_url or settings.database_url, "missing_database_url", "set it")
+
+    async def work() -> None:
+        pool = await create_pool(dsn, max_size=1)
+        try:
+            await KeyStore(pool).revoke(key_id)
+        finally:
+            await pool.close()
+
+    _run(work())
+    typer.echo(f"revoked {key_id}")
+
+
 @app.command("dev")
 def dev_command(
     database_url: DatabaseUrl = None,
@@ -451,10 +539,36 @@ async def _dev(
         "KEEL_DATA_DIR": str(data_dir),
     }
     worker = Worker(_worker_config(settings, dsn, servers))
+    key = await _dev_key(dsn, settings.dev_api_key)
+    api = ApiConfig(database_url=dsn, bootstrap=servers, topic_prefix=settings.topic_prefix)
+    server = api_server(api, settings.api_host, settings.api_port, on_exit=stop.set)
     async with child_process("projections", "run", env=env) as projector:
         typer.echo(f"projections worker: pid {projector.pid}")
+        serving = asyncio.create_task(server.serve())
+        started = asyncio.create_task(server.ready.wait())
+        await asyncio.wait({serving, started}, return_when=asyncio.FIRST_COMPLETED)
+        if serving.done():
+            serving.result()  # the api could not start: raise why
+        typer.echo(f"api: http://{settings.api_host}:{settings.api_port}")
+        typer.echo(f"api key: {key}")
         typer.echo("ready; Ctrl-C or SIGTERM stops")
         await asyncio.gather(relay.run(stop), worker.run(stop))
+        server.should_exit = True
+        await serving
+
+
+async def _dev_key(dsn: str, wanted: str | None) -> str:
+    """The dev tenant and its API key (KEEL_DEV_API_KEY, or a new random one)."""
+    pool = await create_pool(dsn, max_size=1)
+    try:
+        if not await pool.fetchval(query("tenant_exists"), "dev"):
+            await PostgresLedger(pool).create_tenant("dev", "keel-stream dev")
+        keys = KeyStore(pool)
+        if wanted is not None and await keys.tenant_for(wanted) == "dev":
+            return wanted
+        return (await keys.create("dev", wanted))[1]
+    finally:
+        await pool.close()
 
 
 def main() -> None:

@@ -41,5 +41,9 @@ class KeelSettings(BaseSettings):
     worker_lease_ttl_s: float = Field(default=15.0, gt=0)
     worker_drain_grace_s: float = Field(default=10.0, ge=0)
     worker_max_turns: int = Field(default=8, ge=1)
+    api_host: str = "127.0.0.1"
+    api_port: int = Field(default=8080, ge=0, le=65535)
+    dev_api_key: str | None = None
+    """`keel-stream dev` uses this API key (for tenant "dev") instead of a random one."""
     metrics_port: int | None = None
     """Serve Prometheus metrics on this port (relay); unset: not served."""

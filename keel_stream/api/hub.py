@@ -1,0 +1,151 @@
+"""Live signals for SSE streams, fanned out per api process.
+
+Two sources, either enough on its own: PostgreSQL `NOTIFY keel_commits` (every commit, so
+streams stay live when Kafka is unreachable) and the frames on keel.sse.v1 (plus keel.partials.v1
+for streams that asked for partials). Streams treat both as hints and de-duplicate and gap-fill
+by seq against the ledger, so a lost, late or repeated signal never skips or repeats an event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+import orjson
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from keel_stream.logs import get_logger
+from keel_stream.relay.backoff import Backoff
+from topics.catalog import PARTIALS, SSE
+
+__all__ = ["Frame", "LiveHub", "Partial", "Subscription", "Wake"]
+
+Key = tuple[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Wake:
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    seq: int
+    kind: str
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Partial:
+    data: dict[str, Any]
+
+
+@dataclass(eq=False)
+class Subscription:
+    key: Key
+    partials: bool
+    queue: asyncio.Queue[Wake | Frame | Partial] = field(
+        default_factory=lambda: asyncio.Queue(maxsize=10_000)
+    )
+
+    def offer(self, item: Wake | Frame | Partial) -> None:
+        # A full queue drops the hint; the stream still catches up from the ledger by seq.
+        with contextlib.suppress(asyncio.QueueFull):
+            self.queue.put_nowait(item)
+
+
+class LiveHub:
+    def __init__(self, pool: asyncpg.Pool, bootstrap: str | None, topic_prefix: str = "") -> None:
+        self._pool = pool
+        self._bootstrap = bootstrap
+        self._sse_topic = SSE.full_name(topic_prefix)
+        self._partials_topic = PARTIALS.full_name(topic_prefix)
+        self._subscriptions: dict[Key, set[Subscription]] = {}
+        self._listener: asyncpg.Connection | None = None
+        self._kafka_task: asyncio.Task[None] | None = None
+        self._log = get_logger("api.hub")
+        self.kafka_connected = False
+
+    async def start(self) -> None:
+        self._listener = await self._pool.acquire()
+        await self._listener.add_listener("keel_commits", self._on_commit)
+        if self._bootstrap:
+            self._kafka_task = asyncio.create_task(self._consume())
+
+    async def stop(self) -> None:
+        if self._kafka_task is not None:
+            self._kafka_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._kafka_task
+        if self._listener is not None:
+            with contextlib.suppress(Exception):
+                await self._listener.remove_listener("keel_commits", self._on_commit)
+            await self._pool.release(self._listener)
+            self._listener = None
+
+    def subscribe(self, tenant: str, session: str, partials: bool) -> Subscription:
+        subscription = Subscription((tenant, session), partials)
+        self._subscriptions.setdefault(subscription.key, set()).add(subscription)
+        return subscription
+
+    def unsubscribe(self, subscription: Subscription) -> None:
+        subscribers = self._subscriptions.get(subscription.key)
+        if subscribers is not None:
+            subscribers.discard(subscription)
+            if not subscribers:
+                del self._subscriptions[subscription.key]
+
+    @property
+    def streams(self) -> int:
+        return sum(len(s) for s in self._subscriptions.values())
+
+    def _on_commit(self, *args: object) -> None:
+        tenant, session, seq = str(args[3]).rsplit("/", 2)
+        for subscription in self._subscriptions.get((tenant, session), ()):
+            subscription.offer(Wake(int(seq)))
+
+    def _dispatch(self, topic: str, value: bytes) -> None:
+        data = orjson.loads(value)
+        key = (data.get("tenant"), data.get("session"))
+        for subscription in self._subscriptions.get(key, ()):
+            if topic == self._sse_topic:
+                subscription.offer(Frame(int(data["id"]), str(data["event"]), data["data"]))
+            elif subscription.partials:
+                subscription.offer(Partial(data))
+
+    async def _consume(self) -> None:
+        backoff = Backoff(0.5, 10.0)
+        while True:
+            consumer = AIOKafkaConsumer(
+                bootstrap_servers=self._bootstrap, fetch_max_wait_ms=20, request_timeout_ms=10_000
+            )
+            try:
+                await consumer.start()
+                partitions = []
+                for topic in (self._sse_topic, self._partials_topic):
+                    await consumer.topics()
+                    numbers = consumer.partitions_for_topic(topic) or set()
+                    partitions += [TopicPartition(topic, p) for p in numbers]
+                if not partitions:
+                    raise RuntimeError("the sse and partials topics do not exist yet")
+                consumer.assign(partitions)
+                await consumer.seek_to_end(*partitions)
+                self.kafka_connected = True
+                backoff.reset()
+                while True:
+                    for tp, records in (await consumer.getmany(timeout_ms=500)).items():
+                        for record in records:
+                            if record.value is not None:
+                                self._dispatch(tp.topic, record.value)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - live frames fall back to NOTIFY meanwhile
+                self.kafka_connected = False
+                self._log.warning("kafka live source unavailable", error=repr(exc))
+                await asyncio.sleep(backoff.next_delay())
+            finally:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(consumer.stop(), 5)

@@ -1,0 +1,46 @@
+"""API keys: each maps to one tenant; only a SHA-256 hash of the key is stored."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+import asyncpg
+
+from keel_stream.errors import NotFound
+from keel_stream.kernel.commits import check_identifier
+from keel_stream.store.driver_errors import translated
+from keel_stream.store.sqlfiles import query
+
+__all__ = ["KeyStore", "hash_key"]
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+class KeyStore:
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+
+    async def create(self, tenant: str, key: str | None = None) -> tuple[str, str]:
+        """A new key for the tenant: (key_id, key). The key is shown only now."""
+        check_identifier(tenant, "tenant")
+        key_id = f"k_{secrets.token_hex(6)}"
+        secret = key or f"keel_{secrets.token_urlsafe(32)}"
+        async with translated("create key"):
+            if not await self._pool.fetchval(query("tenant_exists"), tenant):
+                raise NotFound(f"tenant {tenant!r} does not exist")
+            await self._pool.execute(query("insert_api_key"), key_id, tenant, hash_key(secret))
+        return key_id, secret
+
+    async def revoke(self, key_id: str) -> None:
+        async with translated("revoke key"):
+            tenant = await self._pool.fetchval(query("revoke_api_key"), key_id)
+        if tenant is None:
+            raise NotFound(f"no active key {key_id!r}")
+
+    async def tenant_for(self, key: str) -> str | None:
+        async with translated("authenticate"):
+            tenant = await self._pool.fetchval(query("tenant_for_key"), hash_key(key))
+        return None if tenant is None else str(tenant)

@@ -1,0 +1,48 @@
+"""Serving the API with uvicorn, draining SSE streams on SIGTERM before the process exits."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Callable
+from types import FrameType
+
+import uvicorn
+
+from keel_stream.api.app import ApiConfig, create_app
+
+__all__ = ["DrainingServer", "api_server"]
+
+
+class DrainingServer(uvicorn.Server):
+    """On SIGINT/SIGTERM: tell every open stream to drain, then shut down as uvicorn does
+    (stop accepting, wait for open connections to finish, up to the graceful timeout)."""
+
+    def __init__(self, config: uvicorn.Config, api: ApiConfig, on_exit: Callable[[], None]) -> None:
+        super().__init__(config)
+        self._api = api
+        self._on_exit = on_exit
+        self.ready = asyncio.Event()
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        self.ready.set()
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self._api.draining.set()
+        self._on_exit()
+        super().handle_exit(sig, frame)
+
+
+def api_server(
+    api: ApiConfig, host: str, port: int, on_exit: Callable[[], None] = lambda: None
+) -> DrainingServer:
+    config = uvicorn.Config(
+        create_app(api),
+        host=host,
+        port=port,
+        log_level="warning",
+        timeout_graceful_shutdown=10,
+        lifespan="on",
+    )
+    return DrainingServer(config, api, on_exit)
