@@ -1,0 +1,108 @@
+"""SSE with partials (real broker and worker), drain on SIGTERM (real api process)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+
+import asyncpg
+import httpx
+
+from keel_stream.api.keys import KeyStore
+from keel_stream.kafka.broker import free_port
+from keel_stream.kernel import CommitRequest
+from keel_stream.store import PostgresLedger
+from tests.support.api import SseFrame, read_frames, serve_api
+from tests.support.kafka import KafkaServer
+from tests.support.wait import wait_until
+from tests.support.workers import worker_task
+
+
+async def test_partials_have_no_id_and_committed_frames_do(
+    database_dsn: str, kafka: KafkaServer, topic_prefix: str
+) -> None:
+    async with (
+        serve_api(database_dsn, kafka.bootstrap, topic_prefix) as api,
+        worker_task(database_dsn, bootstrap=kafka.bootstrap, topic_prefix=topic_prefix),
+        api.client() as client,
+    ):
+
+        async def kafka_live() -> bool:
+            return bool((await client.get("/readyz")).json()["kafka"])
+
+        await wait_until(kafka_live, 30, "the api's live Kafka source")
+        sid = (await client.post("/v1/sessions")).json()["id"]
+        frames: list[SseFrame] = []
+        async with client.stream(
+            "GET", f"/v1/sessions/{sid}/events/stream", params={"partials": 1}
+        ) as response:
+            reading = read_frames(response)
+            await client.post(f"/v1/sessions/{sid}/input", json={"text": "[[slow:150]] a b c d"})
+            while not frames or frames[-1].event != "run.finished":
+                frames.append(await asyncio.wait_for(anext(reading), 30))
+    committed = [f for f in frames if f.event != "partial"]
+    partials = [f for f in frames if f.event == "partial"]
+    assert [(f.id, f.event) for f in committed] == [
+        ("1", "user.message"),
+        ("2", "assistant.message"),
+        ("3", "run.finished"),
+    ]
+    assert partials, "slow tokens must stream as partials"
+    assert all(f.id is None for f in partials)
+    assert "".join(str(f.json()["delta"]) for f in partials) == "echo: a b c d"
+
+
+async def test_sigterm_sends_unread_events_then_drain(
+    database_dsn: str, pool: asyncpg.Pool, ledger: PostgresLedger, tmp_path: Path
+) -> None:
+    await ledger.create_tenant("acme")
+    await ledger.create_session("acme", "s1")
+    _, key = await KeyStore(pool).create("acme")
+    port = free_port()
+    log = tmp_path / "api.log"
+    with log.open("wb") as out:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "keel_stream", "api", "--port", str(port),
+            env={**os.environ, "KEEL_DATABASE_URL": database_dsn}, stdout=out, stderr=out,
+        )  # fmt: skip
+    try:
+        async with httpx.AsyncClient(
+            base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {key}"}
+        ) as client:
+
+            async def up() -> bool:
+                try:
+                    return (await client.get("/healthz")).status_code == 200
+                except httpx.TransportError:
+                    return False
+
+            await wait_until(up, 30, "the api process")
+
+            async def say(n: int) -> None:
+                await ledger.commit(
+                    CommitRequest(
+                        tenant_id="acme", session_id="s1", kind="user.message", payload={"n": n}
+                    )
+                )
+
+            await say(1)
+            async with client.stream("GET", "/v1/sessions/s1/events/stream") as response:
+                frames = read_frames(response)
+                first = await asyncio.wait_for(anext(frames), 10)
+                for n in (2, 3, 4):
+                    await say(n)
+                process.send_signal(signal.SIGTERM)
+                rest = [frame async for frame in frames]
+        assert await asyncio.wait_for(process.wait(), 30) == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert first.id == "1"
+    assert [f.id for f in rest[:-1]] == ["2", "3", "4"], log.read_text()
+    assert rest[-1].event == "drain"
+    assert rest[-1].json() == {"retry_after_ms": 3000}
+    assert rest[-1].id is None
