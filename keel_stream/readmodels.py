@@ -14,7 +14,7 @@ from typing import Any, Final
 
 import asyncpg
 
-from keel_stream.errors import ProjectionBehind, UnknownProjection
+from keel_stream.errors import InvalidPage, ProjectionBehind, UnknownProjection
 from keel_stream.kernel.commits import check_identifier
 from keel_stream.store.driver_errors import translated
 from keel_stream.store.postgres import PostgresLedger
@@ -80,7 +80,9 @@ class ReadModels:
             raise UnknownProjection(f"no read model named {projection!r}")
         check_identifier(tenant, "tenant")
         check_identifier(session, "session")
-        await self._ledger.head(tenant, session)  # SessionNotFound before any waiting
+        head = await self._ledger.head(tenant, session)  # SessionNotFound before any waiting
+        if min_seq > head:
+            raise InvalidPage(f"min_seq {min_seq} is past the session's last seq {head}")
         deadline = asyncio.get_running_loop().time() + timeout_s
         while True:
             async with translated("read model"):

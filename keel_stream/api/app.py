@@ -64,7 +64,7 @@ ERRORS: Final[dict[int | str, dict[str, Any]]] = {
 
 
 MinSeq = Annotated[int, Query(ge=0, description="Wait until the model includes this seq.")]
-Wait = Annotated[float, Query(ge=0, le=30, description="How long to wait for min_seq.")]
+Wait = Annotated[float, Query(ge=0, le=10, description="How long to wait for min_seq.")]
 
 
 @dataclass

@@ -10,7 +10,12 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from keel_stream.errors import ProjectionBehind, SessionNotFound, UnknownProjection
+from keel_stream.errors import (
+    InvalidPage,
+    ProjectionBehind,
+    SessionNotFound,
+    UnknownProjection,
+)
 from keel_stream.kernel import CommitRequest
 from keel_stream.projector.rebuild import rebuild
 from keel_stream.readmodels import ReadModels
@@ -211,6 +216,8 @@ async def test_read_models_errors(
     with pytest.raises(ProjectionBehind) as info:
         await models.get("transcript", "acme", "s1", min_seq=1, timeout_s=0.3)
     assert info.value.retriable
+    with pytest.raises(InvalidPage):
+        await models.get("transcript", "acme", "s1", min_seq=2)
 
 
 async def test_rebuild_and_status_commands(
