@@ -11,14 +11,19 @@ import httpx
 import pytest
 
 from keel_stream.api.keys import KeyStore
+from keel_stream.kafka.broker import EmbeddedBroker
 from keel_stream.kernel import CommitRequest
 from keel_stream.store import ExternalMarkers, PostgresLedger
 from tests.support.api import Api, SseFrame, read_frames, serve_api
+from tests.support.kafka import KafkaServer
+from tests.support.postgres import unique_name
+from tests.support.wait import wait_until
+from topics.admin import apply_catalog
 
 
 @pytest.fixture
-async def api(database_dsn: str) -> Any:
-    async with serve_api(database_dsn) as served:
+async def api(database_dsn: str, kafka: KafkaServer, topic_prefix: str) -> Any:
+    async with serve_api(database_dsn, kafka.bootstrap, topic_prefix) as served:
         yield served
 
 
@@ -248,6 +253,35 @@ async def test_sse_keeps_flowing_when_kafka_is_unreachable(database_dsn: str) ->
                 await client.post(f"/v1/sessions/{sid}/input", json={"text": text})
             frames = await asyncio.wait_for(reading, 15)
     assert [f.id for f in frames] == ["1", "2"]
+
+
+async def test_sse_keeps_flowing_after_the_broker_stops(database_dsn: str) -> None:
+    broker = EmbeddedBroker()
+    broker.start()
+    prefix = f"{unique_name('t')}."
+    try:
+        await apply_catalog(broker.bootstrap, prefix)
+        async with serve_api(database_dsn, broker.bootstrap, prefix) as api, api.client() as client:
+
+            async def kafka_live() -> bool:
+                return bool((await client.get("/readyz")).json()["kafka"])
+
+            await wait_until(kafka_live, 30, "the api's live Kafka source")
+            sid = await session_id(client)
+            async with client.stream("GET", f"/v1/sessions/{sid}/events/stream") as stream:
+                frames = read_frames(stream)
+                await client.post(f"/v1/sessions/{sid}/input", json={"text": "before"})
+                before = await asyncio.wait_for(anext(frames), 15)
+                broker.stop()
+                for text in ("after one", "after two"):
+                    await client.post(f"/v1/sessions/{sid}/input", json={"text": text})
+                after = await asyncio.wait_for(collect_frames(frames, 2), 15)
+    finally:
+        broker.stop()
+    assert [before.id] + [f.id for f in after] == ["1", "2", "3"]
+    payload = after[-1].json()["payload"]
+    assert isinstance(payload, dict)
+    assert payload["text"] == "after two"
 
 
 async def test_unauthenticated_stream_is_401(api: Api) -> None:

@@ -10,8 +10,11 @@ import sys
 import time
 from pathlib import Path
 
+import asyncpg
 import pytest
 
+from keel_stream.api.keys import KeyStore
+from tests.support.cli import run_keel
 from tests.support.postgres import PgServer, create_database, database_url, unique_name
 
 KEEL = [sys.executable, "-m", "keel_stream"]
@@ -115,3 +118,24 @@ def test_help(command: str) -> None:
     result = run(*command.split())
     assert result.returncode == 0
     assert "Usage" in result.stdout
+
+
+async def test_tenants_and_keys_commands(database_dsn: str, pool: asyncpg.Pool) -> None:
+    env = {"KEEL_DATABASE_URL": database_dsn}
+    created = await run_keel("tenants", "create", "acme", "--name", "Acme", env=env)
+    assert created.returncode == 0, created.stderr
+    again = await run_keel("tenants", "create", "acme", env=env)
+    assert (again.returncode, "tenant_exists" in again.stderr) == (1, True)
+    made = await run_keel("keys", "create", "--tenant", "acme", env=env)
+    assert made.returncode == 0, made.stderr
+    lines = dict(line.split(":", 1) for line in made.stdout.splitlines())
+    key_id, key = lines["key id"].strip(), lines["key"].strip()
+    keys = KeyStore(pool)
+    assert await keys.tenant_for(key) == "acme"
+    stored = await pool.fetchval("SELECT key_hash FROM api_keys WHERE key_id = $1", key_id)
+    assert key not in stored, "only a hash of the key is stored"
+    revoked = await run_keel("keys", "revoke", key_id, env=env)
+    assert revoked.returncode == 0, revoked.stderr
+    assert await keys.tenant_for(key) is None
+    missing = await run_keel("keys", "create", "--tenant", "nobody", env=env)
+    assert missing.returncode == 1
