@@ -12,31 +12,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import os
 import resource
-import secrets
-import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from collections.abc import Awaitable, Callable
 
+import asyncpg
 import orjson
 
-from keel_stream.dev.postgres import EmbeddedPostgres
+from benchmarks.servers import postgres, scratch_database
 from keel_stream.kernel import CommitRequest
-from keel_stream.store import PostgresLedger, connect, create_pool, migrate
-
-
-@contextlib.contextmanager
-def _server() -> Iterator[str]:
-    url = os.environ.get("KEEL_DATABASE_URL")
-    if url:
-        yield url
-        return
-    with EmbeddedPostgres(Path(tempfile.mkdtemp()) / "pg", keep_data=False) as server:
-        yield server.dsn("postgres")
+from keel_stream.store import PostgresLedger, connect, create_pool
 
 
 async def _timed(work: list[Callable[[], Awaitable[object]]], concurrency: int) -> float:
@@ -52,42 +37,42 @@ async def _timed(work: list[Callable[[], Awaitable[object]]], concurrency: int) 
 
 
 async def _run(dsn: str, events: int, sessions: int, concurrency: int) -> dict[str, float]:
-    name = f"keel_bench_{secrets.token_hex(4)}"
-    admin = await connect(dsn)
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    bench_dsn = urlunsplit(urlsplit(dsn)._replace(path=f"/{name}"))
-    conn = await connect(bench_dsn)
-    await migrate(conn)
-    await conn.execute("CREATE TABLE baseline (s text, n int, payload jsonb)")
-    await conn.close()
-    pool = await create_pool(bench_dsn, max_size=concurrency)
-    try:
-        ledger = PostgresLedger(pool)
-        await ledger.create_tenant("bench")
-        ids = [await ledger.create_session("bench", f"s{i}") for i in range(sessions)]
+    async with scratch_database(dsn) as bench_dsn:
+        conn = await connect(bench_dsn)
+        await conn.execute("CREATE TABLE baseline (s text, n int, payload jsonb)")
+        await conn.close()
+        pool = await create_pool(bench_dsn, max_size=concurrency)
+        try:
+            return await _measure(pool, events, sessions, concurrency)
+        finally:
+            await pool.close()
 
-        def commit(i: int) -> Callable[[], Awaitable[object]]:
-            request = CommitRequest(
-                tenant_id="bench",
-                session_id=ids[i % sessions],
-                kind="user.message",
-                payload={"text": f"message {i}"},
-                key=f"r{i}",
-            )
-            return lambda: ledger.commit(request)
 
-        def insert(i: int) -> Callable[[], Awaitable[object]]:
-            return lambda: pool.execute(
-                "INSERT INTO baseline VALUES ($1, $2, $3)", ids[i % sessions], i, {"text": str(i)}
-            )
+async def _measure(
+    pool: asyncpg.Pool, events: int, sessions: int, concurrency: int
+) -> dict[str, float]:
+    ledger = PostgresLedger(pool)
+    await ledger.create_tenant("bench")
+    ids = [await ledger.create_session("bench", f"s{i}") for i in range(sessions)]
 
-        baseline_s = await _timed([insert(i) for i in range(events)], concurrency)
-        ledger_s = await _timed([commit(i) for i in range(events)], concurrency)
-        return {"baseline_s": baseline_s, "ledger_s": ledger_s}
-    finally:
-        await pool.close()
-        await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
-        await admin.close()
+    def commit(i: int) -> Callable[[], Awaitable[object]]:
+        request = CommitRequest(
+            tenant_id="bench",
+            session_id=ids[i % sessions],
+            kind="user.message",
+            payload={"text": f"message {i}"},
+            key=f"r{i}",
+        )
+        return lambda: ledger.commit(request)
+
+    def insert(i: int) -> Callable[[], Awaitable[object]]:
+        return lambda: pool.execute(
+            "INSERT INTO baseline VALUES ($1, $2, $3)", ids[i % sessions], i, {"text": str(i)}
+        )
+
+    baseline_s = await _timed([insert(i) for i in range(events)], concurrency)
+    ledger_s = await _timed([commit(i) for i in range(events)], concurrency)
+    return {"baseline_s": baseline_s, "ledger_s": ledger_s}
 
 
 def main() -> None:
@@ -96,7 +81,7 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=50)
     parser.add_argument("--concurrency", type=int, default=10)
     args = parser.parse_args()
-    with _server() as dsn:
+    with postgres() as dsn:
         timings = asyncio.run(_run(dsn, args.events, args.sessions, args.concurrency))
     ledger_rate = args.events / timings["ledger_s"]
     baseline_rate = args.events / timings["baseline_s"]

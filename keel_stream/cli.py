@@ -22,7 +22,7 @@ from keel_stream.kafka.broker import EmbeddedBroker
 from keel_stream.logs import configure_logging, get_logger
 from keel_stream.relay import Relay, RelayConfig, Shard, republish
 from keel_stream.settings import KeelSettings
-from keel_stream.store import MigrationReport, PostgresLedger, connect, create_pool, migrate
+from keel_stream.store import MigrationReport, PostgresLedger, connect, migrate, pooled
 from keel_stream.store.sqlfiles import query
 from keel_stream.worker.providers import FakeProvider, OpenAIProvider, Provider
 from keel_stream.worker.worker import Worker, WorkerConfig
@@ -106,12 +106,7 @@ def _report(report: MigrationReport) -> None:
 def migrate_command(database_url: DatabaseUrl = None) -> None:
     """Apply the schema migrations (safe to re-run; stops on the first error)."""
     settings = _settings()
-    dsn = _require(
-        database_url or settings.database_url,
-        "missing_database_url",
-        "set KEEL_DATABASE_URL or --database-url",
-    )
-    _report(_run(_migrate(dsn)))
+    _report(_run(_migrate(_dsn(settings, database_url))))
 
 
 @topics_app.command("apply")
@@ -174,7 +169,7 @@ def relay_command(
 ) -> None:
     """Publish the outbox to Kafka until SIGTERM (one active relay per shard, others stand by)."""
     settings = _settings()
-    dsn = _require(database_url or settings.database_url, "missing_database_url", "set it")
+    dsn = _dsn(settings, database_url)
     servers = _require(
         bootstrap or settings.kafka_bootstrap, "missing_kafka_bootstrap", "set KEEL_KAFKA_BOOTSTRAP"
     )
@@ -196,14 +191,11 @@ def republish_command(
 ) -> None:
     """Re-seed keel.events.v1 from the ledger (the relay publishes what this enqueues)."""
     settings = _settings()
-    dsn = _require(database_url or settings.database_url, "missing_database_url", "set it")
+    dsn = _dsn(settings, database_url)
 
     async def work() -> None:
-        pool = await create_pool(dsn, max_size=2)
-        try:
+        async with pooled(dsn, max_size=2) as pool:
             report = await republish(pool, tenant=tenant, session=session, after_seq=after_seq)
-        finally:
-            await pool.close()
         typer.echo(f"enqueued {report.events} events of {report.sessions} sessions")
 
     _run(work())
@@ -250,12 +242,16 @@ def tail_command(
         raise _fail("topic_missing", str(exc)) from exc
 
 
+def _dsn(settings: KeelSettings, database_url: str | None) -> str:
+    return _require(
+        database_url or settings.database_url, "missing_database_url", "set KEEL_DATABASE_URL"
+    )
+
+
 def _database_and_bootstrap(
     settings: KeelSettings, database_url: str | None, bootstrap: str | None
 ) -> tuple[str, str]:
-    dsn = _require(
-        database_url or settings.database_url, "missing_database_url", "set KEEL_DATABASE_URL"
-    )
+    dsn = _dsn(settings, database_url)
     servers = _require(
         bootstrap or settings.kafka_bootstrap, "missing_kafka_bootstrap", "set KEEL_KAFKA_BOOTSTRAP"
     )
@@ -298,7 +294,6 @@ def projections_rebuild(
     dsn, servers = _database_and_bootstrap(settings, database_url, bootstrap)
 
     async def work() -> None:
-        pool = await create_pool(dsn, max_size=2)
         columns = (
             TextColumn("[bold]{task.description}"),
             BarColumn(),
@@ -307,7 +302,7 @@ def projections_rebuild(
             ),
             TimeElapsedColumn(),
         )
-        try:
+        async with pooled(dsn) as pool:
             with Progress(*columns, transient=False) as bar:
                 task = bar.add_task(f"rebuild {name}", total=None, rate=0.0, lag="?")
 
@@ -324,8 +319,6 @@ def projections_rebuild(
                 report = await rebuild(
                     pool, servers, name, topic_prefix=settings.topic_prefix, on_progress=show
                 )
-        finally:
-            await pool.close()
         typer.echo(
             f"{report.projection}: generation {report.generation} is live "
             f"({report.events} events, {report.sessions} sessions, "
@@ -341,15 +334,12 @@ def projections_status(database_url: DatabaseUrl = None, bootstrap: Bootstrap = 
     from keel_stream.projector.status import projection_status
 
     settings = _settings()
-    dsn = _require(database_url or settings.database_url, "missing_database_url", "set it")
+    dsn = _dsn(settings, database_url)
     servers = bootstrap or settings.kafka_bootstrap
 
     async def work() -> None:
-        pool = await create_pool(dsn, max_size=2)
-        try:
+        async with pooled(dsn, max_size=2) as pool:
             rows = await projection_status(pool, servers, settings.topic_prefix)
-        finally:
-            await pool.close()
         typer.echo(
             f"{'projection':<12} {'gen':>4} {'status':<9} {'sessions':>9} {'behind':>7} "
             f"{'lag':>8}  offsets"
@@ -392,7 +382,7 @@ def _worker_config(settings: KeelSettings, dsn: str, servers: str | None) -> Wor
 def worker_command(database_url: DatabaseUrl = None, bootstrap: Bootstrap = None) -> None:
     """Claim and run agent runs until SIGTERM (which drains: finish or release, then exit)."""
     settings = _settings()
-    dsn = _require(database_url or settings.database_url, "missing_database_url", "set it")
+    dsn = _dsn(settings, database_url)
     worker = Worker(_worker_config(settings, dsn, bootstrap or settings.kafka_bootstrap))
     _run(_until_signalled(worker.run))
 
@@ -405,7 +395,7 @@ def api_command(
 ) -> None:
     """Serve AgentAPI (REST + SSE) until SIGTERM, which drains open streams first."""
     settings = _settings()
-    dsn = _require(database_url or settings.database_url, "missing_database_url", "set it")
+    dsn = _dsn(settings, database_url)
     api = ApiConfig(
         database_url=dsn,
         bootstrap=bootstrap or settings.kafka_bootstrap,
@@ -423,14 +413,11 @@ def tenants_create(
 ) -> None:
     """Create a tenant."""
     settings = _settings()
-    dsn = _require(database_url or settings.database_url, "missing_database_url", "set it")
+    dsn = _dsn(settings, database_url)
 
     async def work() -> None:
-        pool = await create_pool(dsn, max_size=1)
-        try:
+        async with pooled(dsn, max_size=1) as pool:
             await PostgresLedger(pool).create_tenant(tenant, name)
-        finally:
-            await pool.close()
 
     _run(work())
     typer.echo(f"created tenant {tenant}")
@@ -443,14 +430,11 @@ def keys_create(
 ) -> None:
     """Create an API key; it is printed once and stored only as a hash."""
     settings = _settings()
-    dsn = _require(database_url or settings.database_url, "missing_database_url", "set it")
+    dsn = _dsn(settings, database_url)
 
     async def work() -> tuple[str, str]:
-        pool = await create_pool(dsn, max_size=1)
-        try:
+        async with pooled(dsn, max_size=1) as pool:
             return await KeyStore(pool).create(tenant)
-        finally:
-            await pool.close()
 
     key_id, key = _run(work())
     typer.echo(f"key id: {key_id}")
@@ -464,14 +448,11 @@ def keys_revoke(
 ) -> None:
     """Revoke an API key (requests with it answer 401 from now on)."""
     settings = _settings()
-    dsn = _require(database_url or settings.database_url, "missing_database_url", "set it")
+    dsn = _dsn(settings, database_url)
 
     async def work() -> None:
-        pool = await create_pool(dsn, max_size=1)
-        try:
+        async with pooled(dsn, max_size=1) as pool:
             await KeyStore(pool).revoke(key_id)
-        finally:
-            await pool.close()
 
     _run(work())
     typer.echo(f"revoked {key_id}")
@@ -559,16 +540,13 @@ async def _dev(
 
 async def _dev_key(dsn: str, wanted: str | None) -> str:
     """The dev tenant and its API key (KEEL_DEV_API_KEY, or a new random one)."""
-    pool = await create_pool(dsn, max_size=1)
-    try:
+    async with pooled(dsn, max_size=1) as pool:
         if not await pool.fetchval(query("tenant_exists"), "dev"):
             await PostgresLedger(pool).create_tenant("dev", "keel-stream dev")
         keys = KeyStore(pool)
         if wanted is not None and await keys.tenant_for(wanted) == "dev":
             return wanted
         return (await keys.create("dev", wanted))[1]
-    finally:
-        await pool.close()
 
 
 def main() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import asyncpg
@@ -9,7 +11,7 @@ import orjson
 
 from keel_stream.store.driver_errors import translated
 
-__all__ = ["connect", "create_pool", "init_connection"]
+__all__ = ["connect", "create_pool", "init_connection", "pooled"]
 
 
 def _encode_json(value: Any) -> str:
@@ -45,3 +47,13 @@ async def create_pool(dsn: str, *, min_size: int = 1, max_size: int = 10) -> asy
         )
     assert pool is not None
     return pool
+
+
+@asynccontextmanager
+async def pooled(dsn: str, *, max_size: int = 2) -> AsyncIterator[asyncpg.Pool]:
+    """A short-lived pool, closed when the block ends (command-line tools)."""
+    pool = await create_pool(dsn, min_size=1, max_size=max_size)
+    try:
+        yield pool
+    finally:
+        await pool.close()
