@@ -78,6 +78,9 @@ class PostgresLedger:
             raise SessionNotFound(f"session {session!r} not found")
         await self._check_ownership(conn, commit, row["state_owner"], row["external_status"])
         if commit.dedupe_key is not None:
+            # A statement of its own, after the lock: under READ COMMITTED it sees a retry that
+            # committed while we waited for the lock. Folded into the locking statement, its
+            # snapshot could predate that retry and the insert would hit the unique index.
             original = await conn.fetchrow(
                 query("find_by_dedupe_key"), tenant, session, commit.dedupe_key
             )
