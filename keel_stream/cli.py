@@ -328,6 +328,25 @@ def projections_rebuild(
     _run(work())
 
 
+@projections_app.command("prune")
+def projections_prune(
+    name: Annotated[str | None, typer.Argument(help="Only this projection.")] = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Delete retired generations (left behind by rebuilds); the live one is never touched."""
+    settings = _settings()
+    dsn = _dsn(settings, database_url)
+
+    async def work() -> None:
+        async with pooled(dsn) as pool, pool.acquire() as conn, conn.transaction():
+            row = await conn.fetchrow(query("projection_prune"), name)
+            await conn.execute(query("projection_delete_retired"), name)
+        assert row is not None
+        typer.echo(f"pruned {row['generations']} retired generations ({row['states']} states)")
+
+    _run(work())
+
+
 @projections_app.command("status")
 def projections_status(database_url: DatabaseUrl = None, bootstrap: Bootstrap = None) -> None:
     """Each projection's generations, stored offsets, lag and sessions behind the ledger."""

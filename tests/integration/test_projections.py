@@ -245,6 +245,21 @@ async def test_rebuild_and_status_commands(
     run_status_rows = {(r[1], r[2]): r for r in rows if r[0] == "run_status"}
     assert run_status_rows[("2", "live")][3:6] == ["3", "0", "0"]  # sessions, behind, lag
     assert ("1", "retired") in run_status_rows
+    again = await run_keel("projections", "rebuild", "run_status", env=env)
+    assert "generation 3 is live" in again.stdout, again.stderr
+    pruned = await run_keel("projections", "prune", "run_status", env=env)
+    assert pruned.returncode == 0, pruned.stderr
+    assert "pruned 2 retired generations (3 states)" in pruned.stdout  # gen 1 empty, gen 2 full
+    generations = await pool.fetch(
+        "SELECT generation, status FROM projection_generations WHERE projection = 'run_status'"
+    )
+    assert [(g["generation"], g["status"]) for g in generations] == [(3, "live")]
+    assert (
+        await pool.fetchval(
+            "SELECT count(*) FROM projection_states WHERE projection = 'run_status'"
+        )
+        == 3
+    )
     unknown = await run_keel("projections", "rebuild", "nope", env=env)
     assert unknown.returncode == 1
     assert "unknown_projection" in unknown.stderr
