@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+import threading
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Annotated, TypeVar
 
@@ -32,6 +34,7 @@ from topics.catalog import EVENTS
 __all__ = ["app", "main"]
 
 T = TypeVar("T")
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 topics_app = typer.Typer(no_args_is_help=True, help="The topic catalog on the broker.")
@@ -80,13 +83,30 @@ async def _as_coroutine(work: Awaitable[T]) -> T:
     return await work
 
 
-async def _until_signalled(body: Callable[[asyncio.Event], Awaitable[None]]) -> None:
+async def _until_signalled(
+    body: Callable[[asyncio.Event], Awaitable[None]], already: bool = False
+) -> None:
     """Run body(stop) with SIGINT/SIGTERM setting stop (handlers installed first)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    if already:
+        stop.set()
     await body(stop)
+
+
+@contextlib.contextmanager
+def _signals_remembered() -> Iterator[threading.Event]:
+    """While embedded servers start and stop, SIGINT/SIGTERM only set a flag: start-up runs to
+    its end and is then shut down, and teardown always completes, so no server is orphaned."""
+    asked = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: asked.set()) for sig in _STOP_SIGNALS}
+    try:
+        yield asked
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 async def _migrate(dsn: str) -> MigrationReport:
@@ -494,23 +514,32 @@ def dev_command(
     servers = bootstrap or settings.kafka_bootstrap
     postgres = EmbeddedPostgres(root / "postgres") if dsn is None else None
     broker = EmbeddedBroker(log_path=_log_path(root, "broker.log")) if servers is None else None
-    try:
-        if postgres is not None:
-            dsn = postgres.start()
-            log.info("embedded postgres started", log_file=str(postgres.log_file))
-        if broker is not None:
-            servers = broker.start()
-            log.info("embedded broker started", bootstrap=servers)
-        assert dsn is not None
-        assert servers is not None
-        _run(_until_signalled(lambda stop: _dev(settings, dsn, servers, root, stop, once)))
-    finally:
-        if broker is not None:
-            broker.stop()
-            log.info("embedded broker stopped")
-        if postgres is not None:
-            postgres.stop()
-            log.info("embedded postgres stopped")
+    with _signals_remembered() as asked_to_stop:
+        try:
+            if postgres is not None:
+                dsn = postgres.start()
+                log.info("embedded postgres started", log_file=str(postgres.log_file))
+            if broker is not None:
+                servers = broker.start()
+                log.info("embedded broker started", bootstrap=servers)
+            assert dsn is not None
+            assert servers is not None
+            _run(
+                _until_signalled(
+                    lambda stop: _dev(settings, dsn, servers, root, stop, once),
+                    already=asked_to_stop.is_set(),
+                )
+            )
+        finally:
+            # asyncio put the default handlers back when its loop closed: remember again.
+            for sig in _STOP_SIGNALS:
+                signal.signal(sig, lambda *_: asked_to_stop.set())
+            if broker is not None:
+                broker.stop()
+                log.info("embedded broker stopped")
+            if postgres is not None:
+                postgres.stop()
+                log.info("embedded postgres stopped")
 
 
 def _log_path(root: Path, name: str) -> Path:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -40,7 +41,13 @@ from keel_stream.api.models import (
     SubmissionView,
 )
 from keel_stream.api.sse import session_stream
-from keel_stream.errors import ExternalSession, InvalidPage, SessionNotFound
+from keel_stream.errors import (
+    ExternalSession,
+    InvalidPage,
+    SessionNotFound,
+    StoreError,
+    StoreUnavailable,
+)
 from keel_stream.kernel import CommitRequest, check_identifier, require_edge_kind
 from keel_stream.readmodels import ReadModels
 from keel_stream.store import MAX_READ_LIMIT, PostgresLedger, create_pool
@@ -63,7 +70,12 @@ ERRORS: Final[dict[int | str, dict[str, Any]]] = {
 }
 
 
-MinSeq = Annotated[int, Query(ge=0, description="Wait until the model includes this seq.")]
+MAX_SEQ: Final = 2**63 - 1
+_SEQ: Final = re.compile(r"[0-9]{1,19}")
+_CURSOR: Final = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
+MinSeq = Annotated[
+    int, Query(ge=0, le=MAX_SEQ, description="Wait until the model includes this seq.")
+]
 Wait = Annotated[float, Query(ge=0, le=10, description="How long to wait for min_seq.")]
 
 
@@ -173,9 +185,17 @@ def create_app(config: ApiConfig) -> FastAPI:
 
     @app.get("/readyz", tags=["ops"], responses={503: {"model": ErrorBody}})
     async def readyz() -> dict[str, Any]:
-        """Readiness: the database answers and the schema is migrated."""
-        async with translated("ready check"):
-            version = await svc().pool.fetchval("SELECT max(version) FROM keel_schema_migrations")
+        """Readiness: the database answers and the schema is migrated (503 otherwise). `kafka`
+        reports whether the live Kafka source is connected; streams work without it."""
+        try:
+            async with translated("ready check"):
+                version = await svc().pool.fetchval(
+                    "SELECT max(version) FROM keel_schema_migrations"
+                )
+        except StoreError as exc:
+            raise StoreUnavailable(f"not ready: {exc.message}") from exc
+        if version is None:
+            raise StoreUnavailable("not ready: the schema is not migrated")
         return {"status": "ready", "schemaVersion": version, "kafka": svc().hub.kafka_connected}
 
     @app.get("/metrics", tags=["ops"], response_class=PlainTextResponse)
@@ -221,7 +241,7 @@ def create_app(config: ApiConfig) -> FastAPI:
     async def list_sessions(
         tenant: Tenant,
         limit: Annotated[int, Query(ge=1, le=SESSIONS_PAGE_MAX)] = SESSIONS_PAGE_DEFAULT,
-        cursor: Annotated[str | None, Query(max_length=128)] = None,
+        cursor: Annotated[str | None, Query(max_length=128, pattern=_CURSOR)] = None,
     ) -> SessionPage:
         """The tenant's sessions by id; pass nextCursor as cursor for the next page."""
         async with translated("list sessions"):
@@ -310,7 +330,7 @@ def create_app(config: ApiConfig) -> FastAPI:
     async def get_events(
         tenant: Tenant,
         session_id: str,
-        after: Annotated[int, Query(ge=0)] = 0,
+        after: Annotated[int, Query(ge=0, le=MAX_SEQ)] = 0,
         limit: Annotated[int, Query(ge=1, le=MAX_READ_LIMIT)] = EVENTS_PAGE_DEFAULT,
     ) -> EventPage:
         """Committed events with seq > after, at most limit, with the cursor to go on."""
@@ -333,7 +353,7 @@ def create_app(config: ApiConfig) -> FastAPI:
         request: Request,
         tenant: Tenant,
         session_id: str,
-        after: Annotated[int | None, Query(ge=0)] = None,
+        after: Annotated[int | None, Query(ge=0, le=MAX_SEQ)] = None,
         partials: Annotated[int, Query(ge=0, le=1)] = 0,
         last_event_id: Annotated[str | None, Header()] = None,
     ) -> StreamingResponse:
@@ -342,7 +362,7 @@ def create_app(config: ApiConfig) -> FastAPI:
         await session_row(tenant, session_id)
         cursor = after if after is not None else 0
         if last_event_id is not None:
-            if not last_event_id.isdigit():
+            if not _SEQ.fullmatch(last_event_id) or int(last_event_id) > MAX_SEQ:
                 raise InvalidPage("Last-Event-ID must be a seq")
             cursor = int(last_event_id)
         body = session_stream(

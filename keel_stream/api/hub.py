@@ -66,25 +66,50 @@ class LiveHub:
         self._subscriptions: dict[Key, set[Subscription]] = {}
         self._listener: asyncpg.Connection | None = None
         self._kafka_task: asyncio.Task[None] | None = None
+        self._relisten: asyncio.Task[None] | None = None
         self._log = get_logger("api.hub")
         self.kafka_connected = False
 
     async def start(self) -> None:
-        self._listener = await self._pool.acquire()
-        await self._listener.add_listener("keel_commits", self._on_commit)
+        await self._listen()
         if self._bootstrap:
             self._kafka_task = asyncio.create_task(self._consume())
 
+    async def _listen(self) -> None:
+        self._listener = await self._pool.acquire()
+        await self._listener.add_listener("keel_commits", self._on_commit)
+        self._listener.add_termination_listener(self._on_listener_lost)
+
+    def _on_listener_lost(self, *_: object) -> None:
+        """The LISTEN connection died (database restart, network): listen again, with backoff.
+        Meanwhile streams catch up from the ledger on every heartbeat."""
+        self._listener = None
+        self._relisten = asyncio.get_running_loop().create_task(self._relisten_loop())
+
+    async def _relisten_loop(self) -> None:
+        backoff = Backoff(0.5, 10.0)
+        while self._listener is None:
+            try:
+                await self._listen()
+                self._log.info("listening again")
+            except Exception as exc:  # noqa: BLE001 - keep trying; streams still catch up
+                self._log.warning("listen failed", error=repr(exc))
+                await asyncio.sleep(backoff.next_delay())
+
     async def stop(self) -> None:
+        if self._relisten is not None:
+            self._relisten.cancel()
         if self._kafka_task is not None:
             self._kafka_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._kafka_task
         if self._listener is not None:
+            listener, self._listener = self._listener, None
             with contextlib.suppress(Exception):
-                await self._listener.remove_listener("keel_commits", self._on_commit)
-            await self._pool.release(self._listener)
-            self._listener = None
+                listener.remove_termination_listener(self._on_listener_lost)
+                await listener.remove_listener("keel_commits", self._on_commit)
+            with contextlib.suppress(Exception):
+                await self._pool.release(listener)
 
     def subscribe(self, tenant: str, session: str, partials: bool) -> Subscription:
         subscription = Subscription((tenant, session), partials)

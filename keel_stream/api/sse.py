@@ -77,6 +77,10 @@ async def session_stream(
                 return
             if item not in done:
                 item.cancel()
+                # The backstop: a missed wake-up (say, a lost LISTEN connection) costs at most
+                # one heartbeat interval, never an event.
+                async for chunk in catch_up():
+                    yield chunk
                 yield ServerSentEvent(comment="heartbeat").encode()
                 continue
             signal = item.result()

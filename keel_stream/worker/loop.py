@@ -130,6 +130,19 @@ class AgentLoop:
         transcript = TRANSCRIPT.apply_many(TRANSCRIPT.initial(), history)
         next_input_seqs = list(inputs.account(claim.read_watermark).unanswered)
         seen = history[-1].seq if history else 0
+        if claim.attempts > claim.max_attempts:
+            # Taken over again and again (each crash or expiry counts an attempt): stop here.
+            return await self._finish(
+                claim, started=started, turns=0, usage={}, timings=[],
+                context_size=len(transcript.context), stop_reason="error",
+                error="attempt budget spent", cancelled=False, failed=True,
+            )  # fmt: skip
+        account = inputs.account(claim.read_watermark)
+        if not account.needs_turn:
+            # Nothing unanswered and no turn owed (e.g. a guide already answered set
+            # pending_input): settle without calling the model or writing to the log.
+            await self._runs.settle(claim, RunStatus.DONE, max(inputs.answered, default=0))
+            return AttemptResult(RunStatus.DONE, 0, None)
         turns = 0
         usage: dict[str, int] = {}
         timings: list[dict[str, Any]] = []
@@ -256,8 +269,18 @@ class AgentLoop:
             content.append({"type": "text", "text": "".join(text)})
         if not signals.cancel.is_set():
             content += [
-                {"type": "toolCall", "id": c.id, "name": c.name, "arguments": dict(c.arguments)}
-                for c in calls
+                {
+                    "type": "toolCall",
+                    # Provider output is untrusted: a call must be committable and answerable.
+                    "id": c.id or f"call-{generation_id}-{i}",
+                    "name": c.name or "unknown",
+                    "arguments": (
+                        dict(c.arguments)
+                        if isinstance(c.arguments, Mapping)
+                        else {"value": c.arguments}
+                    ),
+                }
+                for i, c in enumerate(calls)
             ]
         return _Answer(generation_id, content, finish)
 
@@ -270,12 +293,16 @@ class AgentLoop:
     ) -> Event | None:
         """Run one call and commit its result; None if cancelled while it ran."""
         began = time.monotonic()
-        task = asyncio.create_task(run_tool(str(call["name"]), call.get("arguments") or {}))
+        task = asyncio.create_task(run_tool(str(call["name"]), call.get("arguments", {})))
         cancel = asyncio.create_task(signals.cancel.wait())
-        done, _ = await asyncio.wait({task, cancel}, return_when=asyncio.FIRST_COMPLETED)
+        fenced = asyncio.create_task(signals.fenced.wait())
+        done, _ = await asyncio.wait({task, cancel, fenced}, return_when=asyncio.FIRST_COMPLETED)
         cancel.cancel()
+        fenced.cancel()
         if task not in done:
             task.cancel()
+            if signals.fenced.is_set():
+                raise _Fenced("lease lost while a tool ran")
             return None
         text, is_error = task.result()
         timings.append({"toolCallId": call["id"], "name": call["name"], "durationMs": _ms(began)})

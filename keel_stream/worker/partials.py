@@ -14,6 +14,8 @@ from topics.records import PartialFrame
 
 __all__ = ["PartialsPublisher"]
 
+_SEND_WAIT_S = 0.05
+
 
 class PartialsPublisher:
     """Sends partial frames without waiting for acknowledgements; drops them if the broker is
@@ -53,10 +55,12 @@ class PartialsPublisher:
             delta=delta,
             emitted_at=datetime.now(UTC),
         )
+        send = self._producer.send(
+            self._topic, value=frame.model_dump_json().encode(), key=record_key(tenant, session)
+        )
+        # A full buffer (broker away) would make send() wait: drop the partial instead.
         with contextlib.suppress(Exception):
-            await self._producer.send(
-                self._topic, value=frame.model_dump_json().encode(), key=record_key(tenant, session)
-            )
+            await asyncio.wait_for(send, _SEND_WAIT_S)
 
     async def stop(self) -> None:
         if self._producer is not None:

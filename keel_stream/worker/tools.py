@@ -83,12 +83,17 @@ TOOLS: Final = {
 }
 
 
-async def run_tool(name: str, arguments: Mapping[str, Any]) -> tuple[str, bool]:
-    """Run a tool; (text, is_error). An unknown tool or a failure is an error result."""
+async def run_tool(name: str, arguments: Any) -> tuple[str, bool]:
+    """Run a tool; (text, is_error). An unknown tool, bad arguments or any failure of the tool
+    is an error result the model can see, never a crash of the attempt."""
     tool = TOOLS.get(name)
     if tool is None:
         return f"unknown tool {name!r}", True
+    if not isinstance(arguments, Mapping):
+        return "tool arguments must be a JSON object", True
     try:
         return await tool.run(arguments), False
     except ToolFailed as exc:
         return str(exc), True
+    except Exception as exc:  # noqa: BLE001 - a tool's own failure is its result
+        return f"{name} failed: {exc.__class__.__name__}: {exc}", True

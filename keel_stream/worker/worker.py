@@ -17,6 +17,7 @@ import socket
 from dataclasses import dataclass, field
 
 from keel_stream.errors import StoreUnavailable
+from keel_stream.kernel import AttemptOutcome, finish_status
 from keel_stream.logs import get_logger
 from keel_stream.store.connect import create_pool
 from keel_stream.store.postgres import PostgresLedger
@@ -109,8 +110,17 @@ class Worker:
             )
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # noqa: BLE001 - the lease expires; another worker retries
+        except Exception as exc:  # noqa: BLE001 - settle as a failed attempt, never jam the run
             self._log.error("attempt crashed", session=claim.session, error=repr(exc))
+            outcome = AttemptOutcome(
+                cancelled=False,
+                failed=True,
+                attempts=claim.attempts,
+                max_attempts=claim.max_attempts,
+                more_input=False,
+            )
+            with contextlib.suppress(Exception):
+                await runs.settle(claim, finish_status(outcome), claim.read_watermark)
         finally:
             beating.cancel()
 

@@ -288,3 +288,28 @@ async def test_unauthenticated_stream_is_401(api: Api) -> None:
     async with httpx.AsyncClient(base_url=api.url) as client:
         response = await client.get("/v1/sessions/x/events/stream")
     assert response.status_code == 401
+
+
+async def test_out_of_range_cursors_are_400_not_500(api: Api) -> None:
+    async with api.client() as client:
+        sid = await session_id(client)
+        for response in (
+            await client.get(
+                f"/v1/sessions/{sid}/events/stream",
+                headers={b"Last-Event-ID": "\u00b2".encode("latin-1")},
+            ),
+            await client.get(
+                f"/v1/sessions/{sid}/events/stream", headers={"Last-Event-ID": "9" * 30}
+            ),
+            await client.get(f"/v1/sessions/{sid}/events", params={"after": 2**63}),
+            await client.get("/v1/sessions", params={"cursor": "a\u0000b"}),
+            await client.post(f"/v1/sessions/{sid}/input", json={"text": "x", "meta": _deep(900)}),
+        ):
+            assert response.status_code == 400, response.text
+
+
+def _deep(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(depth):
+        value = {"x": value}
+    return value

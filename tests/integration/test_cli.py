@@ -139,3 +139,31 @@ async def test_tenants_and_keys_commands(database_dsn: str, pool: asyncpg.Pool) 
     assert await keys.tenant_for(key) is None
     missing = await run_keel("keys", "create", "--tenant", "nobody", env=env)
     assert missing.returncode == 1
+
+
+def test_sigterm_during_dev_start_up_leaves_nothing_behind(tmp_path: Path) -> None:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("KEEL_DATABASE_URL", "KEEL_KAFKA_BOOTSTRAP")
+    }
+    env["KEEL_DATA_DIR"] = str(tmp_path / "keel")
+    env["KEEL_API_PORT"] = "0"
+    log = tmp_path / "dev.log"
+    with (
+        log.open("w") as out,
+        subprocess.Popen([*KEEL, "dev"], stdout=out, stderr=out, env=env) as proc,
+    ):
+        deadline = time.monotonic() + 60
+        # Land the signal while the embedded servers are starting.
+        while "embedded postgres started" not in log.read_text() and time.monotonic() < deadline:
+            if proc.poll() is not None:
+                break
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, log.read_text()
+    assert not (tmp_path / "keel" / "postgres" / "postmaster.pid").exists(), log.read_text()
+    assert (
+        "embedded broker stopped" in log.read_text()
+        or "embedded broker started" not in log.read_text()
+    )

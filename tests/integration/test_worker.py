@@ -318,3 +318,30 @@ async def test_sigterm_during_a_run_loses_and_repeats_no_input(
     assert_each_input_answered_once(events)
     assert second_input in answers(events)[-1].payload["inputSeqs"]
     assert account_inputs(events).unanswered == ()
+
+
+async def test_input_committed_while_an_attempt_settles_is_not_left_behind(
+    ledger: PostgresLedger, pool: asyncpg.Pool, session: tuple[str, str]
+) -> None:
+    from keel_stream.kernel import RunStatus
+
+    await say(ledger, "first", "r1")
+    runs = RunStore(pool, "w", 10)
+    claim = await runs.claim()
+    assert claim is not None
+    await say(ledger, "arrived late", "r2")  # after the worker's last read of the log
+    assert await runs.settle(claim, RunStatus.DONE, 1)
+    assert await run_status(pool, "s1") == "pending", "the late input must get its run"
+
+
+async def test_a_failing_tool_is_an_error_result_not_a_stuck_run(
+    ledger: PostgresLedger, pool: asyncpg.Pool, database_dsn: str, session: tuple[str, str]
+) -> None:
+    async with worker_task(database_dsn):
+        await say(ledger, '[[tool:sleep {"seconds": "soon"}]] wait', "r1")
+        await settled(pool, "s1", "done")
+    events = await log_of(ledger, "s1")
+    (result,) = [e for e in events if e.kind == "tool.result"]
+    assert result.payload["isError"] is True
+    assert "ValueError" in result.payload["content"][0]["text"]
+    assert_each_input_answered_once(events)

@@ -54,3 +54,14 @@ def test_payload_must_be_an_object(payload: Any) -> None:
 )
 def test_valid_payloads_pass(kind: Kind, payload: dict[str, Any]) -> None:
     validate_payload(kind, payload)
+
+
+def test_deeply_nested_payload_is_refused_not_crashed() -> None:
+    payload: dict[str, Any] = {}
+    inner = payload
+    for _ in range(2000):
+        inner["x"] = {}
+        inner = inner["x"]
+    with pytest.raises(InvalidPayload) as info:
+        validate_payload(Kind.USER_MESSAGE, payload)
+    assert info.value.error_code == "payload_not_json"
