@@ -345,3 +345,25 @@ async def test_a_failing_tool_is_an_error_result_not_a_stuck_run(
     assert result.payload["isError"] is True
     assert "ValueError" in result.payload["content"][0]["text"]
     assert_each_input_answered_once(events)
+
+
+async def test_a_cancel_survives_a_takeover(
+    ledger: PostgresLedger, pool: asyncpg.Pool, session: tuple[str, str]
+) -> None:
+    await say(ledger, "work", "r1")
+    first = await RunStore(pool, "w1", 0.1).claim()
+    assert first is not None
+    assert await RunStore(pool, "api", 1).request_cancel("acme", "s1")
+
+    async def expired() -> bool:
+        return bool(
+            await pool.fetchval("SELECT lease_expires_at < now() FROM runs WHERE session_id='s1'")
+        )
+
+    await wait_until(expired, 10, "the first lease to expire")
+    second_runs = RunStore(pool, "w2", 10)
+    second = await second_runs.claim()
+    assert second is not None
+    assert second.lease.epoch == first.lease.epoch + 1
+    beat = await second_runs.heartbeat(second)
+    assert beat.cancel_requested, "the new owner must see the cancel"

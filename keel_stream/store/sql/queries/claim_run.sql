@@ -9,7 +9,8 @@ SET status = 'running',
     heartbeat_at = now(),
     attempts = r.attempts + 1,
     pending_input = false,
-    cancel_requested = false,
+    -- A cancel asked of an attempt that died is still meant for the run: a takeover keeps it.
+    cancel_requested = CASE WHEN r.status = 'running' THEN r.cancel_requested ELSE false END,
     updated_at = now()
 FROM (
     SELECT c.tenant_id, c.session_id
