@@ -17,10 +17,10 @@ from tests.support.kafka import KafkaServer
 from tests.support.wait import wait_until
 from tests.support.workers import (
     WorkerProcess,
-    has_event,
     log_of,
     run_status,
     settled,
+    tool_call_committed,
     worker_task,
 )
 from topics.catalog import PARTIALS
@@ -83,11 +83,7 @@ async def test_guide_during_a_tool_turn_goes_to_the_next_request(
 ) -> None:
     async with worker_task(database_dsn):
         await say(ledger, '[[tool:sleep {"seconds": 1.5}]] look it up', "r1")
-        await wait_until(
-            lambda: has_event(ledger, "s1", lambda e: e.payload.get("stopReason") == "tool_use"),
-            30,
-            "the tool call to be committed",
-        )
+        await tool_call_committed(ledger, "s1", timeout_s=30)
         guide_seq = await say(ledger, "also check the weather", "r2", delivery="guide")
         await settled(pool, "s1", "done")
     events = await log_of(ledger, "s1")
@@ -247,11 +243,7 @@ async def test_worker_sigkilled_mid_tool_call_is_taken_over_and_fenced(
     first = await WorkerProcess(database_dsn, tmp_path, KEEL_TOOL_NOTES_FILE=str(notes)).start()
     try:
         await say(ledger, '[[tool:note {"text": "side effect", "sleep_ms": 3000}]] note it', "r1")
-        await wait_until(
-            lambda: has_event(ledger, "s1", lambda e: e.payload.get("stopReason") == "tool_use"),
-            60,
-            "the first worker to commit the tool call",
-        )
+        await tool_call_committed(ledger, "s1", timeout_s=60)
     finally:
         await first.signal(signal.SIGKILL)
     async with worker_task(database_dsn):
@@ -303,11 +295,7 @@ async def test_sigterm_during_a_run_loses_and_repeats_no_input(
     first = await WorkerProcess(database_dsn, tmp_path, KEEL_WORKER_DRAIN_GRACE_S="0.5").start()
     try:
         await say(ledger, '[[tool:sleep {"seconds": 4}]] wait for it', "r1")
-        await wait_until(
-            lambda: has_event(ledger, "s1", lambda e: e.payload.get("stopReason") == "tool_use"),
-            60,
-            "the tool call to be committed",
-        )
+        await tool_call_committed(ledger, "s1", timeout_s=60)
         second_input = await say(ledger, "and then?", "r2")
     finally:
         assert await first.signal(signal.SIGTERM) == 0

@@ -84,3 +84,12 @@ async def log_of(ledger: PostgresLedger, session: str) -> list[Event]:
 
 async def has_event(ledger: PostgresLedger, session: str, predicate: Any) -> bool:
     return any(predicate(e) for e in await log_of(ledger, session))
+
+
+async def tool_call_committed(ledger: PostgresLedger, session: str, timeout_s: float = 30) -> None:
+    """Wait until the session's log holds an answer that asked for tools."""
+
+    async def committed() -> bool:
+        return await has_event(ledger, session, lambda e: e.payload.get("stopReason") == "tool_use")
+
+    await wait_until(committed, timeout_s, f"a tool call committed in {session}")
