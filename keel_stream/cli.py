@@ -578,7 +578,7 @@ async def _dev(
         await asyncio.wait({serving, started}, return_when=asyncio.FIRST_COMPLETED)
         if serving.done():
             serving.result()  # the api could not start: raise why
-        typer.echo(f"api: http://{settings.api_host}:{settings.api_port}")
+        typer.echo(f"api: http://{settings.api_host}:{server.bound_port}")
         typer.echo(f"api key: {key}")
         typer.echo("ready; Ctrl-C or SIGTERM stops")
         await asyncio.gather(relay.run(stop), worker.run(stop))

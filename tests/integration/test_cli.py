@@ -65,6 +65,7 @@ def test_dev_runs_embedded_until_sigterm_and_leaves_nothing_behind(tmp_path: Pat
         if k not in ("KEEL_DATABASE_URL", "KEEL_KAFKA_BOOTSTRAP")
     }
     env["KEEL_DATA_DIR"] = str(tmp_path / "keel")
+    env["KEEL_API_PORT"] = "0"  # any free port: dev prints the one it got
     log = tmp_path / "dev.log"
     with (
         log.open("w") as stderr,
@@ -85,6 +86,10 @@ def test_dev_runs_embedded_until_sigterm_and_leaves_nothing_behind(tmp_path: Pat
             assert lines[-1].startswith("ready"), log.read_text()
             (kafka_line,) = [line for line in lines if line.startswith("kafka: ")]
             (worker_line,) = [line for line in lines if line.startswith("projections worker")]
+            (api_line,) = [line for line in lines if line.startswith("api: ")]
+            api_port = int(api_line.strip().rsplit(":", 1)[1])
+            assert api_port != 0
+            assert port_open(api_port), "the printed api URL must answer"
             worker_pid = int(worker_line.split()[-1])
             broker_port = int(kafka_line.split()[1].rsplit(":", 1)[1])
             assert port_open(broker_port), "the embedded broker must be serving"
