@@ -96,8 +96,10 @@ class PostgresLedger:
                     PayloadRule.TOOL_CALL_NOT_FOUND,
                     f"no committed assistant call has toolCallId {commit.key!r}",
                 )
+        # An input and the run that answers it are one statement (append_user_message.sql).
+        statement = "append_user_message" if commit.kind is Kind.USER_MESSAGE else "append_event"
         appended = await conn.fetchrow(
-            query("append_event"),
+            query(statement),
             tenant,
             session,
             commit.kind.value,
@@ -105,9 +107,6 @@ class PostgresLedger:
             commit.dedupe_key,
             commit.digest,
         )
-        if commit.kind is Kind.USER_MESSAGE:
-            # Same transaction: an input is never committed without the run that answers it.
-            await conn.execute(query("enqueue_run"), tenant, session)
         return Submission(
             created=True,
             seq=appended["seq"],

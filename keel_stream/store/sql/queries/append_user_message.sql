@@ -1,0 +1,30 @@
+-- append_event.sql for user.message, together with the run it makes a native session owe
+-- (pending, or pending_input while an attempt runs): one round trip less on the hottest path.
+WITH advanced AS (
+    UPDATE sessions
+    SET last_seq = last_seq + 1
+    WHERE tenant_id = $1 AND session_id = $2
+    RETURNING last_seq
+), inserted AS (
+    INSERT INTO events (tenant_id, session_id, seq, kind, payload, dedupe_key, request_digest)
+    SELECT $1, $2, advanced.last_seq, $3, $4, $5, $6
+    FROM advanced
+    RETURNING seq, committed_at
+), queued AS (
+    INSERT INTO outbox (tenant_id, session_id, seq)
+    SELECT $1, $2, inserted.seq
+    FROM inserted
+), owed AS (
+    INSERT INTO runs (tenant_id, session_id, status, pending_input)
+    SELECT $1, $2, 'pending', true
+    FROM inserted
+    ON CONFLICT (tenant_id, session_id) DO UPDATE
+    SET pending_input = true,
+        attempts = CASE WHEN runs.status IN ('done', 'failed') THEN 0 ELSE runs.attempts END,
+        status = CASE WHEN runs.status = 'running' THEN 'running' ELSE 'pending' END,
+        updated_at = now()
+)
+SELECT inserted.seq,
+       inserted.committed_at,
+       pg_notify('keel_commits', $1 || '/' || $2 || '/' || inserted.seq)
+FROM inserted;
