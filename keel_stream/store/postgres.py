@@ -96,16 +96,15 @@ class PostgresLedger:
                     PayloadRule.TOOL_CALL_NOT_FOUND,
                     f"no committed assistant call has toolCallId {commit.key!r}",
                 )
-        # An input and the run that answers it are one statement (append_user_message.sql).
-        statement = "append_user_message" if commit.kind is Kind.USER_MESSAGE else "append_event"
         appended = await conn.fetchrow(
-            query(statement),
+            query("append_event"),
             tenant,
             session,
             commit.kind.value,
             payload,
             commit.dedupe_key,
             commit.digest,
+            commit.kind is Kind.USER_MESSAGE,  # an input and the run that answers it: one statement
         )
         return Submission(
             created=True,
