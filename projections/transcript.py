@@ -1,9 +1,17 @@
 """The transcript: the derived message history of a session.
 
-Two views of one fold: `entries`, the full record (user messages, assistant messages with their
-tool calls, tool results paired with their call, compactions, external events; run summaries
-skipped), and `context`, the messages a model is given: terminal failed answers (stopReason error
-or aborted) are left out, and a compaction replaces everything before it with its summary.
+Two views of one fold: `entries`, the full record in seq order (user messages, assistant messages
+with their tool calls, tool results paired with their call, compactions, external events; run
+summaries skipped), and the model's view, `context` followed by `waiting`.
+
+The model's view replays what the model saw, not the commit order: an input enters `context`
+right before the first completed answer whose `inputSeqs` lists it (where the request presented
+it: a guide after its sibling tool results, a queued input at the next claim); until then it is
+`waiting`, and the next request carries it after `context`. An answer without `inputSeqs` (a log
+older than that field) is taken to have seen every input before it. Terminal failed answers
+(stopReason error or aborted) are left out of the view and place nothing: the retry presents
+those inputs again. A compaction replaces `context` with its summary followed by the suffix that
+starts at `firstKeptSeq`; waiting inputs were never presented and stay waiting.
 """
 
 from __future__ import annotations
@@ -28,6 +36,13 @@ class TranscriptState:
     context: tuple[Entry, ...] = ()
     calls: Mapping[str, str] = field(default_factory=dict)
     """toolCallId -> tool name, to pair results with their call."""
+    waiting: tuple[Entry, ...] = ()
+    """User messages no completed answer has been given yet, in seq order."""
+
+    @property
+    def model_view(self) -> tuple[Entry, ...]:
+        """The messages the next request carries: the context, then the waiting inputs."""
+        return self.context + self.waiting
 
 
 @dataclass(slots=True)
@@ -37,13 +52,26 @@ class _Builder:
     entries: list[Entry]
     context: list[Entry]
     calls: dict[str, str]
+    waiting: list[Entry]
 
     @classmethod
     def of(cls, state: TranscriptState) -> _Builder:
-        return cls(list(state.entries), list(state.context), dict(state.calls))
+        return cls(list(state.entries), list(state.context), dict(state.calls), list(state.waiting))
 
     def freeze(self) -> TranscriptState:
-        return TranscriptState(tuple(self.entries), tuple(self.context), self.calls)
+        return TranscriptState(
+            tuple(self.entries), tuple(self.context), self.calls, tuple(self.waiting)
+        )
+
+    def place_inputs(self, input_seqs: object) -> None:
+        """Move the waiting inputs an answer was given into the context, before that answer."""
+        if isinstance(input_seqs, list):
+            listed = set(input_seqs)
+            placed = [m for m in self.waiting if m["seq"] in listed]
+            self.waiting = [m for m in self.waiting if m["seq"] not in listed]
+        else:
+            placed, self.waiting = self.waiting, []
+        self.context.extend(placed)
 
 
 def _user(t: _Builder, event: EventLike) -> None:
@@ -57,7 +85,7 @@ def _user(t: _Builder, event: EventLike) -> None:
             "requestId": p.get("requestId"),
         }
     )
-    t.context.append({"role": "user", "seq": event.seq, "content": p.get("text")})
+    t.waiting.append({"role": "user", "seq": event.seq, "content": p.get("text")})
 
 
 def _assistant(t: _Builder, event: EventLike) -> None:
@@ -76,6 +104,7 @@ def _assistant(t: _Builder, event: EventLike) -> None:
         }
     )
     if not failed:
+        t.place_inputs(p.get("inputSeqs"))
         t.context.append(
             {
                 "role": "assistant",
@@ -104,7 +133,8 @@ def _compaction(t: _Builder, event: EventLike) -> None:
     summary = p.get("summary")
     t.entries.append({"seq": event.seq, "kind": event.kind, "summary": summary})
     first_kept = p.get("firstKeptSeq")
-    kept = [m for m in t.context if m["seq"] >= first_kept] if isinstance(first_kept, int) else []
+    starts = [i for i, m in enumerate(t.context) if m["seq"] == first_kept]
+    kept = t.context[starts[0] :] if starts else []
     t.context = [{"role": "summary", "seq": event.seq, "content": summary}, *kept]
 
 
@@ -154,6 +184,7 @@ class TranscriptProjection:
         return {
             "entries": list(state.entries),
             "context": list(state.context),
+            "waiting": list(state.waiting),
             "calls": dict(state.calls),
         }
 
@@ -162,6 +193,7 @@ class TranscriptProjection:
             entries=tuple(data.get("entries", ())),
             context=tuple(data.get("context", ())),
             calls=dict(data.get("calls", {})),
+            waiting=tuple(data.get("waiting", ())),
         )
 
 

@@ -47,6 +47,8 @@ class InputAccount:
     """Seqs of inputs no completed answer has consumed, ascending."""
     owed_turn: bool
     """The latest assistant is a terminal failure or asked for tools: the model owes a turn."""
+    unpresented: tuple[int, ...] = ()
+    """The unanswered inputs that no request has presented to the model yet (arrived late)."""
 
     @property
     def needs_turn(self) -> bool:
@@ -65,6 +67,8 @@ class InputLedger:
 
     inputs: tuple[int, ...] = ()
     answered: frozenset[int] = frozenset()
+    presented: frozenset[int] = frozenset()
+    """Seqs listed in any assistant's inputSeqs, failed answers included."""
     first_tracked: int | None = None
     """Seq of the first assistant.message that carries inputSeqs."""
     latest_stop: str | None = None
@@ -78,6 +82,7 @@ class InputLedger:
         """The ledger after several more events: observe() in a loop, without the copies."""
         inputs = list(self.inputs)
         answered = set(self.answered)
+        presented = set(self.presented)
         first, stop, failed = self.first_tracked, self.latest_stop, self.latest_failed
         for event in events:
             if event.kind == Kind.USER_MESSAGE:
@@ -91,9 +96,12 @@ class InputLedger:
                 if isinstance(seqs, list):
                     if first is None:
                         first = event.seq
+                    presented.update(s for s in seqs if isinstance(s, int))
                     if not failed:
                         answered.update(s for s in seqs if isinstance(s, int))
-        return InputLedger(tuple(inputs), frozenset(answered), first, stop, failed)
+        return InputLedger(
+            tuple(inputs), frozenset(answered), frozenset(presented), first, stop, failed
+        )
 
     def account(self, read_watermark: int = 0) -> InputAccount:
         """Unanswered inputs and owedTurn, judging the legacy prefix by the watermark."""
@@ -106,7 +114,8 @@ class InputLedger:
 
         unanswered = tuple(s for s in self.inputs if not is_answered(s))
         owed = self.latest_failed or self.latest_stop == _TOOL_USE
-        return InputAccount(unanswered=unanswered, owed_turn=owed)
+        unpresented = tuple(s for s in unanswered if s not in self.presented)
+        return InputAccount(unanswered=unanswered, owed_turn=owed, unpresented=unpresented)
 
 
 def account_inputs(events: Iterable[LoggedEvent], read_watermark: int = 0) -> InputAccount:

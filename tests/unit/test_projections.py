@@ -146,8 +146,50 @@ def test_compaction_replaces_earlier_context() -> None:
         Ev(4, "compaction", {"summary": "s", "firstKeptSeq": 3}),
     ]
     state = fold(TRANSCRIPT, log).state
-    assert [(m["role"], m["seq"]) for m in state.context] == [("summary", 4), ("user", 3)]
+    assert [(m["role"], m["seq"]) for m in state.context] == [("summary", 4)]
+    assert [(m["role"], m["seq"]) for m in state.model_view] == [("summary", 4), ("user", 3)]
     assert len(state.entries) == 4
+
+
+def test_compaction_keeps_the_suffix_from_first_kept_seq() -> None:
+    log = [
+        user(1),
+        assistant(2, [1], "tool_use", calls=1),
+        user(3, "guide"),
+        Ev(4, "tool.result", {"toolCallId": "c2-0"}),
+        assistant(5, [3]),
+        user(6),
+        assistant(7, [6]),
+        Ev(8, "compaction", {"summary": "s", "firstKeptSeq": 3}),
+    ]
+    state = fold(TRANSCRIPT, log).state
+    # The guide (seq 3) was presented after the tool result (seq 4): the kept suffix starts at
+    # the guide's place in the model's view, so the result is not kept without its call.
+    assert [m["seq"] for m in state.model_view] == [8, 3, 5, 6, 7]
+
+
+def test_inputs_are_placed_where_the_request_presented_them() -> None:
+    log = [
+        user(1, "use a tool"),
+        assistant(2, [1], "tool_use", calls=1),
+        user(3, "a guide, committed while the tool ran"),
+        Ev(4, "tool.result", {"toolCallId": "c2-0"}),
+        user(5, "queued while the model answered"),
+        assistant(6, [3]),
+    ]
+    state = fold(TRANSCRIPT, log).state
+    assert [m["seq"] for m in state.context] == [1, 2, 4, 3, 6]
+    assert [m["seq"] for m in state.waiting] == [5]
+    assert [e["seq"] for e in state.entries] == [1, 2, 3, 4, 5, 6]
+
+
+def test_failed_answers_place_nothing_and_legacy_answers_place_everything() -> None:
+    failed = fold(TRANSCRIPT, [user(1), assistant(2, [1], "error")]).state
+    assert (failed.context, [m["seq"] for m in failed.waiting]) == ((), [1])
+    legacy_answer = Ev(3, "assistant.message", {"content": [], "stopReason": "end_turn"})
+    legacy = fold(TRANSCRIPT, [user(1), user(2), legacy_answer]).state
+    assert [m["seq"] for m in legacy.context] == [1, 2, 3]
+    assert legacy.waiting == ()
 
 
 def test_external_events_are_entries_not_context() -> None:

@@ -3,21 +3,20 @@ from __future__ import annotations
 import pytest
 
 from keel_stream.kernel import AttemptOutcome, RunStatus, finish_status
+from keel_stream.kernel.status import fresh_budget
 
 
 @pytest.mark.parametrize(
     ("cancelled", "failed", "attempts", "more_input", "expected"),
     [
-        # Cancelled: failed, terminal, whatever else is true.
+        # Cancelled: failed, terminal.
         (True, False, 1, False, RunStatus.FAILED),
-        (True, True, 1, True, RunStatus.FAILED),
-        (True, False, 1, True, RunStatus.FAILED),
+        (True, True, 1, False, RunStatus.FAILED),
         # Attempt failed, budget not spent: retry.
         (False, True, 1, False, RunStatus.PENDING),
-        (False, True, 2, True, RunStatus.PENDING),
+        (False, True, 2, False, RunStatus.PENDING),
         # Attempt failed, budget spent.
         (False, True, 3, False, RunStatus.FAILED),
-        (False, True, 3, True, RunStatus.FAILED),
         # Success with newer input: pending (moreInput).
         (False, False, 1, True, RunStatus.PENDING),
         # Success, no newer input.
@@ -36,3 +35,40 @@ def test_status_policy_table(
         more_input=more_input,
     )
     assert finish_status(outcome) is expected
+
+
+@pytest.mark.parametrize(
+    ("cancelled", "failed", "attempts", "permanent"),
+    [(True, False, 1, False), (False, True, 3, False), (False, True, 1, True)],
+)
+def test_input_never_presented_makes_the_session_owe_a_run_whatever_the_outcome(
+    cancelled: bool, failed: bool, attempts: int, permanent: bool
+) -> None:
+    outcome = AttemptOutcome(
+        cancelled=cancelled,
+        failed=failed,
+        attempts=attempts,
+        max_attempts=3,
+        more_input=True,
+        permanent=permanent,
+    )
+    assert finish_status(outcome) is RunStatus.PENDING
+    assert fresh_budget(outcome)
+
+
+def test_the_attempt_budget_counts_failures_not_successes() -> None:
+    success = AttemptOutcome(
+        cancelled=False, failed=False, attempts=3, max_attempts=3, more_input=False
+    )
+    failure = AttemptOutcome(
+        cancelled=False, failed=True, attempts=1, max_attempts=3, more_input=False
+    )
+    assert fresh_budget(success)
+    assert not fresh_budget(failure)
+
+
+def test_a_permanent_failure_fails_the_run_with_budget_left() -> None:
+    outcome = AttemptOutcome(
+        cancelled=False, failed=True, attempts=1, max_attempts=3, more_input=False, permanent=True
+    )
+    assert finish_status(outcome) is RunStatus.FAILED
