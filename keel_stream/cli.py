@@ -413,6 +413,7 @@ def _worker_config(settings: KeelSettings, dsn: str, servers: str | None) -> Wor
         lease_ttl_s=settings.worker_lease_ttl_s,
         drain_grace_s=settings.worker_drain_grace_s,
         max_turns=settings.worker_max_turns,
+        context_budget_chars=settings.worker_context_budget_chars,
         provider=_provider(settings),
     )
 

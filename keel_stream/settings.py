@@ -41,6 +41,8 @@ class KeelSettings(BaseSettings):
     worker_lease_ttl_s: float = Field(default=15.0, gt=0)
     worker_drain_grace_s: float = Field(default=10.0, ge=0)
     worker_max_turns: int = Field(default=8, ge=1)
+    worker_context_budget_chars: int = Field(default=200_000, ge=0)
+    """Compact a session's model context when it exceeds this many characters; 0: never."""
     api_host: str = "127.0.0.1"
     api_port: int = Field(default=8080, ge=0, le=65535)
     dev_api_key: str | None = None

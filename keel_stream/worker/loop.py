@@ -1,11 +1,13 @@
 """The agent loop: one attempt of a run, committing every fact through the kernel, fenced.
 
 Order per turn (the ordering contract): at the request boundary, guide inputs committed since the
-last boundary are injected (one message each) and their seqs go into this request's inputSeqs;
-the provider's output is assembled and committed as an assistant.message before any tool runs;
-each tool call's result is committed as a tool.result keyed by its toolCallId. The loop ends at
-end_turn, on a provider error, on cancel, or at the turn bound; run.finished is committed under
-the same lease before the run is settled by the status policy.
+last boundary join the inputs waiting to be presented (one message each, after the sibling tool
+results), and the context is compacted first if it outgrew its budget; the request carries the
+transcript's model view, and the inputs it presents become its inputSeqs, so the log replays
+exactly what the model saw. The provider's output is assembled and committed as an
+assistant.message before any tool runs; each tool call's result is committed as a tool.result
+keyed by its toolCallId. The loop ends at end_turn, on a provider error, on cancel, or at the
+turn bound; the settler then commits run.finished under the same lease and settles the run.
 """
 
 from __future__ import annotations
@@ -13,57 +15,38 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any, Final
 
-from keel_stream.errors import LeaseFenced
-from keel_stream.kernel import (
-    AttemptOutcome,
-    CommitRequest,
-    Event,
-    InputLedger,
-    Kind,
-    RunStatus,
-    finish_status,
-)
+from keel_stream.kernel import Event, InputLedger, Kind
 from keel_stream.kernel.validation import tool_call_blocks
 from keel_stream.logs import get_logger
-from keel_stream.store.postgres import MAX_READ_LIMIT, PostgresLedger
+from keel_stream.store.postgres import PostgresLedger
+from keel_stream.worker.answers import Answer, ask_model
+from keel_stream.worker.compaction import Compactor
 from keel_stream.worker.partials import PartialsPublisher
-from keel_stream.worker.providers.base import (
-    Finish,
-    Provider,
-    ProviderRequest,
-    TextDelta,
-    ToolCall,
-)
+from keel_stream.worker.providers.base import Provider
 from keel_stream.worker.runs import Claim, RunStore
-from keel_stream.worker.tools import TOOLS, run_tool
-from projections.transcript import TRANSCRIPT
+from keel_stream.worker.session_io import Fenced, SessionIO
+from keel_stream.worker.settling import AttemptRecord, AttemptResult, Settler
+from keel_stream.worker.signals import Signals, Stopped, unless_stopped
+from keel_stream.worker.tools import run_tool
+from projections.transcript import TRANSCRIPT, TranscriptState
 
 __all__ = ["AgentLoop", "AttemptResult", "Signals"]
 
 _GUIDE: Final = "guide"
 
 
-@dataclass
-class Signals:
-    """What the worker tells a running attempt: cancel (a client asked), fenced (lost the lease)."""
-
-    cancel: asyncio.Event = field(default_factory=asyncio.Event)
-    fenced: asyncio.Event = field(default_factory=asyncio.Event)
-
-
-@dataclass(frozen=True, slots=True)
-class AttemptResult:
-    status: RunStatus | None
-    """The settled run status; None when the attempt was fenced and nothing was settled."""
-    turns: int
-    stop_reason: str | None
-
-
-class _Fenced(Exception):
-    """The lease is gone: stop without another commit."""
+def _unanswered_calls(state: TranscriptState) -> list[Mapping[str, Any]]:
+    """Calls of the latest answer whose results are not in the log (after a takeover)."""
+    answered = {m.get("toolCallId") for m in state.context if m.get("role") == "toolResult"}
+    for message in reversed(state.context):
+        if message.get("role") == "assistant":
+            if message.get("stopReason") != "tool_use":
+                return []
+            calls = tool_call_blocks({"content": message.get("content", [])})
+            return [c for c in calls if c["id"] not in answered]
+    return []
 
 
 class AgentLoop:
@@ -74,240 +57,151 @@ class AgentLoop:
         provider: Provider,
         partials: PartialsPublisher,
         max_turns: int = 8,
+        context_budget_chars: int = 0,
     ) -> None:
         self._ledger = ledger
-        self._runs = runs
         self._provider = provider
         self._partials = partials
         self._max_turns = max_turns
+        self._settler = Settler(runs, provider.name, provider.model)
+        self._compactor = Compactor(provider, context_budget_chars)
         self._log = get_logger("worker")
 
-    async def _read_log(self, claim: Claim, after: int = 0) -> list[Event]:
-        events: list[Event] = []
-        while True:
-            page = await self._ledger.read_events(
-                claim.tenant, claim.session, after=after, limit=MAX_READ_LIMIT
-            )
-            events.extend(page)
-            if len(page) < MAX_READ_LIMIT:
-                return events
-            after = page[-1].seq
-
-    async def _commit(self, claim: Claim, kind: Kind, payload: dict[str, Any]) -> Event:
-        try:
-            submission = await self._ledger.commit(
-                CommitRequest(
-                    tenant_id=claim.tenant,
-                    session_id=claim.session,
-                    kind=kind.value,
-                    payload=payload,
-                    lease=claim.lease,
-                )
-            )
-        except LeaseFenced as exc:
-            raise _Fenced(str(exc)) from exc
-        return Event(
-            tenant=claim.tenant,
-            session=claim.session,
-            seq=submission.seq,
-            kind=kind.value,
-            payload=payload,
-            committed_at=submission.committed_at,
-        )
-
     async def run_attempt(self, claim: Claim, signals: Signals) -> AttemptResult:
+        """Run (or, after a takeover, settle) one attempt; never raises for the attempt's own
+        failures: a crash is settled as a failed attempt with its summary."""
         log = self._log.bind(session=claim.session, epoch=claim.lease.epoch)
+        io = SessionIO(self._ledger, claim)
+        record = AttemptRecord()
         try:
-            return await self._attempt(claim, signals)
-        except _Fenced as exc:
+            if claim.taken_over:
+                return await self._settler.settle_abandoned(io)
+            await self._attempt(io, record, signals)
+            record.duration_ms = _ms(record.started)
+            return await self._settler.settle(io, record)
+        except (Fenced, Stopped) as exc:
+            # Stopped escapes only when the heartbeat found the lease gone mid-request.
             log.warning("fenced: another worker owns the run", error=str(exc))
-            return AttemptResult(None, 0, None)
+            return AttemptResult(None, record.turns, None)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a crash settles as a failed attempt
+            log.error("attempt crashed", error=repr(exc))
+            record.failed, record.stop_reason = True, "error"
+            record.error = f"attempt crashed: {exc.__class__.__name__}: {exc}"
+            record.duration_ms = _ms(record.started)
+            return await self._settler.settle(io, record)
 
-    async def _attempt(self, claim: Claim, signals: Signals) -> AttemptResult:
-        started = time.monotonic()
-        history = await self._read_log(claim)
-        inputs = InputLedger().observe_many(history)
+    async def _attempt(self, io: SessionIO, record: AttemptRecord, signals: Signals) -> None:
+        history = await io.read_log()
+        if not InputLedger().observe_many(history).account(io.claim.read_watermark).needs_turn:
+            return  # Nothing owed (a race with an answer): settled done, with its summary.
         transcript = TRANSCRIPT.apply_many(TRANSCRIPT.initial(), history)
-        next_input_seqs = list(inputs.account(claim.read_watermark).unanswered)
         seen = history[-1].seq if history else 0
-        if claim.attempts > claim.max_attempts:
-            # Taken over again and again (each crash or expiry counts an attempt): stop here.
-            return await self._finish(
-                claim, started=started, turns=0, usage={}, timings=[],
-                context_size=len(transcript.context), stop_reason="error",
-                error="attempt budget spent", cancelled=False, failed=True,
-            )  # fmt: skip
-        account = inputs.account(claim.read_watermark)
-        if not account.needs_turn:
-            # Nothing unanswered and no turn owed (e.g. a guide already answered set
-            # pending_input): settle without calling the model or writing to the log.
-            await self._runs.settle(claim, RunStatus.DONE, max(inputs.answered, default=0))
-            return AttemptResult(RunStatus.DONE, 0, None)
-        turns = 0
-        usage: dict[str, int] = {}
-        timings: list[dict[str, Any]] = []
-        stop_reason: str | None = None
-        error: str | None = None
-        cancelled = failed = False
-
-        def pending_calls() -> list[Mapping[str, Any]]:
-            """Calls of the latest answer whose results are not in the log (a takeover)."""
-            context = transcript.context
-            answered = {m.get("toolCallId") for m in context if m.get("role") == "toolResult"}
-            for message in reversed(context):
-                if message.get("role") == "assistant":
-                    if message.get("stopReason") != "tool_use":
-                        return []
-                    calls = tool_call_blocks({"content": message.get("content", [])})
-                    return [c for c in calls if c["id"] not in answered]
-            return []
-
         while True:
-            for call in pending_calls():
-                if signals.cancel.is_set():
-                    break
-                event = await self._run_tool(claim, call, timings, signals)
-                if event is None:
-                    break
-                transcript = TRANSCRIPT.apply_many(transcript, [event])
+            transcript = await self._answer_calls(io, transcript, record, signals)
             if signals.cancel.is_set():
-                cancelled, stop_reason = True, "aborted"
+                record.cancelled, record.stop_reason = True, "aborted"
                 break
-            if turns >= self._max_turns:
-                failed, stop_reason, error = True, "max_turns", f"stopped after {turns} turns"
+            if record.turns >= self._max_turns:
+                record.failed, record.stop_reason = True, "max_turns"
+                record.error = f"stopped after {record.turns} turns"
                 break
-            # The request boundary: guides committed since the last one join this request.
-            fresh = await self._read_log(claim, after=seen)
-            if fresh:
-                seen = fresh[-1].seq
-                guides = [
-                    e
-                    for e in fresh
-                    if e.kind == Kind.USER_MESSAGE and e.payload.get("delivery") == _GUIDE
-                ]
-                transcript = TRANSCRIPT.apply_many(transcript, guides)
-                next_input_seqs += [g.seq for g in guides]
-            turns += 1
-            answer = await self._request(claim, list(transcript.context), turns, signals)
-            for key, value in (answer.finish.usage or {}).items():
-                usage[key] = usage.get(key, 0) + value
-            aborted = signals.cancel.is_set()
-            stop_reason = "aborted" if aborted else answer.finish.stop_reason
-            payload: dict[str, Any] = {
-                "role": "assistant",
-                "content": answer.content,
-                "inputSeqs": next_input_seqs,
-                "stopReason": stop_reason,
-                "generationId": answer.generation_id,
-                "provider": self._provider.name,
-                "model": self._provider.model,
-            }
-            if answer.finish.usage:
-                payload["usage"] = dict(answer.finish.usage)
-            if answer.finish.error and not aborted:
-                payload["errorMessage"] = answer.finish.error
-            committed = await self._commit(claim, Kind.ASSISTANT_MESSAGE, payload)
+            transcript, seen = await self._request_boundary(io, transcript, seen, signals)
+            record.turns += 1
+            answer = await ask_model(
+                self._provider, self._partials, io.claim, transcript.model_view,
+                record.turns, signals,
+            )  # fmt: skip
+            committed = await self._commit_answer(io, answer, transcript, record)
             seen = max(seen, committed.seq)
             transcript = TRANSCRIPT.apply_many(transcript, [committed])
-            next_input_seqs = []
-            if aborted:
-                cancelled = True
+            if answer.cancelled or record.stop_reason != "tool_use":
                 break
-            if stop_reason == "error":
-                failed, error = True, answer.finish.error
-                break
-            if stop_reason != "tool_use":
-                break
-        return await self._finish(
-            claim,
-            started=started,
-            turns=turns,
-            usage=usage,
-            timings=timings,
-            context_size=len(transcript.context),
-            stop_reason=stop_reason,
-            error=error,
-            cancelled=cancelled,
-            failed=failed,
-        )
+        record.context_messages = len(transcript.model_view)
 
-    async def _request(
-        self, claim: Claim, context: list[Mapping[str, Any]], turn: int, signals: Signals
-    ) -> _Answer:
-        generation_id = f"g{claim.lease.epoch}-{turn}"
-        request = ProviderRequest(
-            tenant=claim.tenant,
-            session=claim.session,
-            generation_id=generation_id,
-            messages=context,
-            tools=[t.spec for t in TOOLS.values()],
-            attempt=claim.attempts,
-            turn=turn,
-        )
-        text: list[str] = []
-        calls: list[ToolCall] = []
-        finish = Finish("error", error="provider ended without a finish")
-        try:
-            async for item in self._provider.stream(request):
-                if signals.fenced.is_set():
-                    raise _Fenced("lease lost while streaming")
-                if isinstance(item, TextDelta):
-                    await self._partials.publish(
-                        claim.tenant, claim.session, generation_id, len(text), item.text
-                    )
-                    text.append(item.text)
-                elif isinstance(item, ToolCall):
-                    calls.append(item)
-                else:
-                    finish = item
-                if signals.cancel.is_set():
-                    break
-        except (OSError, ValueError, RuntimeError) as exc:
-            finish = Finish("error", error=f"{exc.__class__.__name__}: {exc}")
-        content: list[dict[str, Any]] = []
-        if text:
-            content.append({"type": "text", "text": "".join(text)})
-        if not signals.cancel.is_set():
-            content += [
-                {
-                    "type": "toolCall",
-                    # Provider output is untrusted: a call must be committable and answerable.
-                    "id": c.id or f"call-{generation_id}-{i}",
-                    "name": c.name or "unknown",
-                    "arguments": (
-                        dict(c.arguments)
-                        if isinstance(c.arguments, Mapping)
-                        else {"value": c.arguments}
-                    ),
-                }
-                for i, c in enumerate(calls)
+    async def _request_boundary(
+        self, io: SessionIO, transcript: TranscriptState, seen: int, signals: Signals
+    ) -> tuple[TranscriptState, int]:
+        """Guides committed since the last boundary join this request; compact if needed."""
+        fresh = await io.read_log(after=seen)
+        if fresh:
+            seen = fresh[-1].seq
+            guides = [
+                e
+                for e in fresh
+                if e.kind == Kind.USER_MESSAGE and e.payload.get("delivery") == _GUIDE
             ]
-        return _Answer(generation_id, content, finish)
+            transcript = TRANSCRIPT.apply_many(transcript, guides)
+        try:
+            compaction = await self._compactor.compact(io, transcript, signals)
+        except Stopped:
+            if signals.fenced.is_set():
+                raise Fenced("lease lost while compacting") from None
+            return transcript, seen
+        if compaction is not None:
+            transcript = TRANSCRIPT.apply_many(transcript, [compaction])
+            seen = max(seen, compaction.seq)
+        return transcript, seen
+
+    async def _commit_answer(
+        self, io: SessionIO, answer: Answer, transcript: TranscriptState, record: AttemptRecord
+    ) -> Event:
+        finish = answer.finish
+        record.add_usage(finish.usage)
+        record.stop_reason = "aborted" if answer.cancelled else finish.stop_reason
+        payload: dict[str, Any] = {
+            "role": "assistant",
+            "content": answer.content,
+            "inputSeqs": [m["seq"] for m in transcript.waiting],
+            "stopReason": record.stop_reason,
+            "generationId": answer.generation_id,
+            "provider": self._provider.name,
+            "model": self._provider.model,
+        }
+        if finish.usage:
+            payload["usage"] = dict(finish.usage)
+        if answer.cancelled:
+            record.cancelled = True
+        elif finish.stop_reason == "error":
+            record.failed, record.error = True, finish.error
+            record.permanent = finish.permanent
+            if finish.error:
+                payload["errorMessage"] = finish.error
+        return await io.commit(Kind.ASSISTANT_MESSAGE, payload)
+
+    async def _answer_calls(
+        self, io: SessionIO, transcript: TranscriptState, record: AttemptRecord, signals: Signals
+    ) -> TranscriptState:
+        """Run the latest answer's calls that have no result yet, committing each result."""
+        for call in _unanswered_calls(transcript):
+            event = await self._run_tool(io, call, record, signals)
+            if event is None:
+                break
+            transcript = TRANSCRIPT.apply_many(transcript, [event])
+        return transcript
 
     async def _run_tool(
-        self,
-        claim: Claim,
-        call: Mapping[str, Any],
-        timings: list[dict[str, Any]],
-        signals: Signals,
+        self, io: SessionIO, call: Mapping[str, Any], record: AttemptRecord, signals: Signals
     ) -> Event | None:
         """Run one call and commit its result; None if cancelled while it ran."""
         began = time.monotonic()
-        task = asyncio.create_task(run_tool(str(call["name"]), call.get("arguments", {})))
-        cancel = asyncio.create_task(signals.cancel.wait())
-        fenced = asyncio.create_task(signals.fenced.wait())
-        done, _ = await asyncio.wait({task, cancel, fenced}, return_when=asyncio.FIRST_COMPLETED)
-        cancel.cancel()
-        fenced.cancel()
-        if task not in done:
-            task.cancel()
-            if signals.fenced.is_set():
-                raise _Fenced("lease lost while a tool ran")
-            return None
-        text, is_error = task.result()
-        timings.append({"toolCallId": call["id"], "name": call["name"], "durationMs": _ms(began)})
-        return await self._commit(
-            claim,
+        raw = call.get("invalidArguments")
+        if raw is not None:
+            text, is_error = f"the arguments are not a JSON object: {raw}", True
+        else:
+            try:
+                text, is_error = await unless_stopped(
+                    run_tool(str(call["name"]), call.get("arguments", {})), signals
+                )
+            except Stopped:
+                if signals.fenced.is_set():
+                    raise Fenced("lease lost while a tool ran") from None
+                return None
+        record.timings.append(
+            {"toolCallId": call["id"], "name": call["name"], "durationMs": _ms(began)}
+        )
+        return await io.commit(
             Kind.TOOL_RESULT,
             {
                 "toolCallId": call["id"],
@@ -315,59 +209,6 @@ class AgentLoop:
                 "isError": is_error,
             },
         )
-
-    async def _finish(
-        self,
-        claim: Claim,
-        *,
-        started: float,
-        turns: int,
-        usage: dict[str, int],
-        timings: list[dict[str, Any]],
-        context_size: int,
-        stop_reason: str | None,
-        error: str | None,
-        cancelled: bool,
-        failed: bool,
-    ) -> AttemptResult:
-        ledger = InputLedger().observe_many(await self._read_log(claim))
-        account = ledger.account(claim.read_watermark)
-        outcome = AttemptOutcome(
-            cancelled=cancelled,
-            failed=failed or (not cancelled and account.owed_turn),
-            attempts=claim.attempts,
-            max_attempts=claim.max_attempts if stop_reason != "max_turns" else claim.attempts,
-            more_input=bool(account.unanswered),
-        )
-        status = finish_status(outcome)
-        summary: dict[str, Any] = {
-            "status": "cancelled" if cancelled else ("failed" if outcome.failed else "done"),
-            "turns": turns,
-            "tokens": usage,
-            "toolTimings": timings,
-            "context": {"messages": context_size},
-            "stopReason": stop_reason,
-            "durationMs": _ms(started),
-            "provider": self._provider.name,
-            "model": self._provider.model,
-        }
-        if error:
-            summary["error"] = error
-        try:
-            await self._commit(claim, Kind.RUN_FINISHED, summary)
-        except _Fenced:
-            raise
-        except Exception as exc:  # noqa: BLE001 - a failed summary never changes the settling
-            self._log.warning("run.finished not recorded", error=repr(exc))
-        await self._runs.settle(claim, status, max(ledger.answered, default=0))
-        return AttemptResult(status, turns, stop_reason)
-
-
-@dataclass(frozen=True, slots=True)
-class _Answer:
-    generation_id: str
-    content: list[dict[str, Any]]
-    finish: Finish
 
 
 def _ms(since: float) -> int:

@@ -11,7 +11,7 @@ from keel_stream.kernel.types import LeaseToken
 from keel_stream.store.driver_errors import translated
 from keel_stream.store.sqlfiles import query
 
-__all__ = ["Claim", "Heartbeat", "RunStore"]
+__all__ = ["Claim", "Heartbeat", "RunStore", "Settlement"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,8 +22,23 @@ class Claim:
     session: str
     lease: LeaseToken
     attempts: int
+    """Attempts against the current budget; on a takeover, those of the attempt that died."""
     max_attempts: int
     read_watermark: int
+    taken_over: bool = False
+    """The previous owner's lease expired mid-attempt: that attempt must be settled first."""
+    cancel_requested: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """How an attempt settles: the policy's status for what it saw, and what it accounted for."""
+
+    status: RunStatus
+    read_watermark: int
+    accounted_through: int
+    """The highest seq the attempt read: an input after it was never presented."""
+    fresh_budget: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +66,8 @@ class RunStore:
             attempts=row["attempts"],
             max_attempts=row["max_attempts"],
             read_watermark=row["read_watermark"],
+            taken_over=row["taken_over"],
+            cancel_requested=row["cancel_requested"],
         )
 
     async def heartbeat(self, claim: Claim) -> Heartbeat:
@@ -67,7 +84,8 @@ class RunStore:
             return Heartbeat(held=False, cancel_requested=False)
         return Heartbeat(held=True, cancel_requested=bool(row["cancel_requested"]))
 
-    async def settle(self, claim: Claim, status: RunStatus, read_watermark: int) -> bool:
+    async def settle(self, claim: Claim, settlement: Settlement) -> RunStatus | None:
+        """The run's status after settling; None if the lease was no longer held."""
         async with translated("settle run"):
             row = await self._pool.fetchrow(
                 query("settle_run"),
@@ -75,10 +93,12 @@ class RunStore:
                 claim.session,
                 claim.lease.owner,
                 claim.lease.epoch,
-                status.value,
-                read_watermark,
+                settlement.status.value,
+                settlement.read_watermark,
+                settlement.accounted_through,
+                settlement.fresh_budget,
             )
-        return row is not None
+        return None if row is None else RunStatus(row["status"])
 
     async def release(self, claim: Claim) -> bool:
         async with translated("release run"):

@@ -1,11 +1,12 @@
 """`keel-stream worker`: claims runs, runs attempts, heartbeats leases, drains on SIGTERM.
 
 A worker runs up to `slots` attempts at once. Each attempt has a heartbeat that extends its
-lease and watches for a cancel request; if the heartbeat finds the lease gone (another worker
-took over after it expired), the attempt stops without another commit, and the kernel would
-fence it anyway. On stop (SIGTERM) the worker claims nothing more, lets running attempts finish
-for `drain_grace_s`, then releases the rest: they go back to pending, unanswered input intact,
-and another worker continues them.
+lease; if the heartbeat finds the lease gone (another worker took over after it expired), the
+attempt stops without another commit, and the kernel would fence it anyway. A cancel reaches
+the attempt at once through `NOTIFY keel_cancels` (the heartbeat also sees it, as a backstop).
+On stop (SIGTERM) the worker claims nothing more, lets running attempts finish for
+`drain_grace_s`, then releases the rest: they go back to pending, unanswered input intact, and
+another worker continues them (a released attempt is not settled and has no summary).
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ import os
 import socket
 from dataclasses import dataclass, field
 
-from keel_stream.errors import StoreUnavailable
-from keel_stream.kernel import AttemptOutcome, finish_status
+from keel_stream.errors import KeelError, StoreUnavailable
 from keel_stream.logs import get_logger
 from keel_stream.store.connect import create_pool
 from keel_stream.store.postgres import PostgresLedger
@@ -42,6 +42,8 @@ class WorkerConfig:
     poll_s: float = 0.5
     drain_grace_s: float = 10.0
     max_turns: int = 8
+    context_budget_chars: int = 0
+    """Compact a session's model context above this many characters; 0: never."""
     provider: Provider = field(default_factory=FakeProvider)
 
     @property
@@ -54,6 +56,7 @@ class Worker:
         self._config = config
         self._log = get_logger("worker").bind(owner=config.owner)
         self._attempts: dict[asyncio.Task[None], Claim] = {}
+        self._signals: dict[tuple[str, str], Signals] = {}
 
     async def run(self, stop: asyncio.Event) -> None:
         config = self._config
@@ -61,14 +64,24 @@ class Worker:
         partials = PartialsPublisher(config.bootstrap, PARTIALS.full_name(config.topic_prefix))
         await partials.start()
         runs = RunStore(pool, config.owner, config.lease_ttl_s)
-        loop = AgentLoop(PostgresLedger(pool), runs, config.provider, partials, config.max_turns)
+        loop = AgentLoop(
+            PostgresLedger(pool), runs, config.provider, partials,
+            config.max_turns, config.context_budget_chars,
+        )  # fmt: skip
         wake = asyncio.Event()
 
         def on_commit(*_: object) -> None:
             wake.set()
 
+        def on_cancel(_conn: object, _pid: int, _channel: str, payload: str) -> None:
+            tenant, _, session = payload.partition("/")
+            signals = self._signals.get((tenant, session))
+            if signals is not None:
+                signals.cancel.set()
+
         listener = await pool.acquire()
         await listener.add_listener("keel_commits", on_commit)
+        await listener.add_listener("keel_cancels", on_cancel)
         self._log.info("ready", slots=config.slots)
         try:
             while not stop.is_set():
@@ -87,6 +100,7 @@ class Worker:
             await self._drain(runs)
         finally:
             await listener.remove_listener("keel_commits", on_commit)
+            await listener.remove_listener("keel_cancels", on_cancel)
             await pool.release(listener)
             await partials.stop()
             await pool.close()
@@ -96,33 +110,33 @@ class Worker:
         self._log.info(
             "claimed", session=claim.session, epoch=claim.lease.epoch, attempt=claim.attempts
         )
-        task = asyncio.create_task(self._attempt(loop, runs, claim))
+        # Registered before the attempt's first step, so no cancel NOTIFY can slip past it.
+        signals = Signals()
+        if claim.cancel_requested:
+            signals.cancel.set()
+        self._signals[(claim.tenant, claim.session)] = signals
+        task = asyncio.create_task(self._attempt(loop, runs, claim, signals))
         self._attempts[task] = claim
         task.add_done_callback(lambda t: self._attempts.pop(t, None))
 
-    async def _attempt(self, loop: AgentLoop, runs: RunStore, claim: Claim) -> None:
-        signals = Signals()
+    async def _attempt(
+        self, loop: AgentLoop, runs: RunStore, claim: Claim, signals: Signals
+    ) -> None:
         beating = asyncio.create_task(self._heartbeat(runs, claim, signals))
         try:
             result = await loop.run_attempt(claim, signals)
             self._log.info(
                 "settled", session=claim.session, status=result.status, turns=result.turns
             )
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - settle as a failed attempt, never jam the run
-            self._log.error("attempt crashed", session=claim.session, error=repr(exc))
-            outcome = AttemptOutcome(
-                cancelled=False,
-                failed=True,
-                attempts=claim.attempts,
-                max_attempts=claim.max_attempts,
-                more_input=False,
-            )
-            with contextlib.suppress(Exception):
-                await runs.settle(claim, finish_status(outcome), claim.read_watermark)
+        except KeelError as exc:
+            # Settling itself failed (say, the database went away): the lease expires and the
+            # worker that takes the run over settles this attempt.
+            self._log.error("attempt not settled", session=claim.session, error=str(exc))
         finally:
             beating.cancel()
+            key = (claim.tenant, claim.session)
+            if self._signals.get(key) is signals:
+                del self._signals[key]
 
     async def _heartbeat(self, runs: RunStore, claim: Claim, signals: Signals) -> None:
         while True:

@@ -16,6 +16,7 @@ from keel_stream.worker.runs import RunStore
 from tests.support.kafka import KafkaServer
 from tests.support.wait import wait_until
 from tests.support.workers import (
+    RecordingProvider,
     WorkerProcess,
     log_of,
     run_status,
@@ -24,6 +25,8 @@ from tests.support.workers import (
     worker_task,
 )
 from topics.catalog import PARTIALS
+
+pytestmark = pytest.mark.usefixtures("one_summary_per_attempt")
 
 
 async def say(
@@ -152,9 +155,14 @@ async def test_cancel_keeps_the_streamed_text_and_the_next_run_answers_both(
     ledger: PostgresLedger, pool: asyncpg.Pool, database_dsn: str, session: tuple[str, str]
 ) -> None:
     runs = RunStore(pool, "test", 10)
-    async with worker_task(database_dsn):
+    provider = RecordingProvider()
+
+    async def streaming() -> bool:
+        return provider.deltas >= 2
+
+    async with worker_task(database_dsn, provider=provider):
         await say(ledger, "[[slow:300]] one two three four five six seven eight", "r1")
-        await wait_until(lambda: _running(pool), 30, "the attempt to be running")
+        await wait_until(streaming, 30, "two deltas streamed")
         assert await runs.request_cancel("acme", "s1")
         await settled(pool, "s1", "failed")
         events = await log_of(ledger, "s1")
@@ -263,7 +271,13 @@ async def test_worker_sigkilled_mid_tool_call_is_taken_over_and_fenced(
     assert [r.payload["toolCallId"] for r in results] == calls, "exactly one result per call"
     assert notes.read_text().splitlines() == ["side effect"]
     epoch = await pool.fetchval("SELECT lease_epoch FROM runs WHERE session_id = 's1'")
-    assert epoch == 2, "the takeover raised the epoch"
+    # Epoch 2 settled the attempt that died (its summary), epoch 3 ran the next attempt.
+    assert epoch == 3, "the takeover raised the epoch"
+    summaries = [e.payload for e in events if e.kind == "run.finished"]
+    assert [(s["status"], s.get("abandonedEpoch")) for s in summaries] == [
+        ("failed", 1),
+        ("done", None),
+    ]
     # The old worker, were it to come back, commits with its old lease: fenced.
     with pytest.raises(LeaseFenced):
         await ledger.commit(
@@ -291,7 +305,9 @@ async def test_sigterm_during_a_run_loses_and_repeats_no_input(
     database_dsn: str,
     session: tuple[str, str],
     tmp_path: Path,
+    one_summary_per_attempt: set[tuple[str, int]],
 ) -> None:
+    one_summary_per_attempt.add(("s1", 1))  # drained: released, not settled
     first = await WorkerProcess(database_dsn, tmp_path, KEEL_WORKER_DRAIN_GRACE_S="0.5").start()
     try:
         await say(ledger, '[[tool:sleep {"seconds": 4}]] wait for it', "r1")
@@ -312,13 +328,15 @@ async def test_input_committed_while_an_attempt_settles_is_not_left_behind(
     ledger: PostgresLedger, pool: asyncpg.Pool, session: tuple[str, str]
 ) -> None:
     from keel_stream.kernel import RunStatus
+    from keel_stream.worker.runs import Settlement
 
     await say(ledger, "first", "r1")
     runs = RunStore(pool, "w", 10)
     claim = await runs.claim()
     assert claim is not None
     await say(ledger, "arrived late", "r2")  # after the worker's last read of the log
-    assert await runs.settle(claim, RunStatus.DONE, 1)
+    settlement = Settlement(RunStatus.DONE, read_watermark=1, accounted_through=1, fresh_budget=True)
+    assert await runs.settle(claim, settlement) is RunStatus.PENDING
     assert await run_status(pool, "s1") == "pending", "the late input must get its run"
 
 

@@ -93,3 +93,65 @@ async def tool_call_committed(ledger: PostgresLedger, session: str, timeout_s: f
         return await has_event(ledger, session, lambda e: e.payload.get("stopReason") == "tool_use")
 
     await wait_until(committed, timeout_s, f"a tool call committed in {session}")
+
+
+class RecordingProvider:
+    """The fake provider, keeping every request it was given (to compare with the log)."""
+
+    def __init__(self, inner: Any = None) -> None:
+        from keel_stream.worker.providers.fake import FakeProvider
+
+        self.inner = inner if inner is not None else FakeProvider()
+        self.name = self.inner.name
+        self.model = self.inner.model
+        self.requests: list[Any] = []
+        self.summarised: list[list[Any]] = []
+        self.deltas = 0
+        """Text deltas the loop has been given so far."""
+
+    def stream(self, request: Any) -> Any:
+        self.requests.append(request)
+        return self._counted(self.inner.stream(request))
+
+    async def _counted(self, stream: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        from keel_stream.worker.providers.base import TextDelta
+
+        async for item in stream:
+            if isinstance(item, TextDelta):
+                self.deltas += 1
+            yield item
+
+    async def summarize(self, messages: Any) -> str:
+        self.summarised.append(list(messages))
+        return str(await self.inner.summarize(messages))
+
+
+async def assert_one_summary_per_attempt(
+    pool: asyncpg.Pool, ledger: PostgresLedger, released: set[tuple[str, int]]
+) -> int:
+    """Every attempt of every settled run left exactly one run.finished; returns how many runs
+    were checked. A summary records the epoch it was committed under, and a takeover's summary
+    of the attempt that died names that attempt's epoch (abandonedEpoch); the takeover's own
+    claim ran no attempt. Released (drained) attempts are not settled and have no summary."""
+    rows = await pool.fetch(
+        "SELECT tenant_id, session_id, lease_epoch FROM runs WHERE status IN ('done', 'failed')"
+    )
+    for row in rows:
+        session = row["session_id"]
+        events = await ledger.read_events(row["tenant_id"], session, after=0, limit=1000)
+        described: list[int] = []
+        settling: set[int] = set()
+        for event in events:
+            if event.kind != "run.finished":
+                continue
+            if "abandonedEpoch" in event.payload:
+                described.append(event.payload["abandonedEpoch"])
+                settling.add(event.payload["epoch"])
+            else:
+                described.append(event.payload["epoch"])
+        mine = {e for s, e in released if s == session}
+        assert len(described) == len(set(described)), f"{session}: two summaries of one attempt"
+        assert not set(described) & mine, f"{session}: a released attempt was summarised"
+        epochs = set(range(1, row["lease_epoch"] + 1))
+        assert set(described) | settling | mine == epochs, (session, described, settling, mine)
+    return len(rows)

@@ -1,8 +1,8 @@
 -- Runs under the session row lock (lock_session.sql): seq = last_seq + 1, the event, its outbox
 -- row and the NOTIFY wake-up are one statement in the commit's transaction. NOTIFY is delivered
 -- only when the transaction commits. With $7 (a user.message), the same statement makes the
--- session owe a run: pending, or pending_input while an attempt runs; a run that had ended
--- starts a fresh attempt budget.
+-- session owe a run: pending, or, while an attempt runs, a newer last_input_seq that its
+-- settling compares with what it accounted for; a run that had ended starts a fresh budget.
 WITH advanced AS (
     UPDATE sessions
     SET last_seq = last_seq + 1
@@ -18,12 +18,12 @@ WITH advanced AS (
     SELECT $1, $2, inserted.seq
     FROM inserted
 ), owed AS (
-    INSERT INTO runs (tenant_id, session_id, status, pending_input)
-    SELECT $1, $2, 'pending', true
+    INSERT INTO runs (tenant_id, session_id, status, last_input_seq)
+    SELECT $1, $2, 'pending', inserted.seq
     FROM inserted
     WHERE $7::boolean
     ON CONFLICT (tenant_id, session_id) DO UPDATE
-    SET pending_input = true,
+    SET last_input_seq = GREATEST(runs.last_input_seq, excluded.last_input_seq),
         attempts = CASE WHEN runs.status IN ('done', 'failed') THEN 0 ELSE runs.attempts END,
         status = CASE WHEN runs.status = 'running' THEN 'running' ELSE 'pending' END,
         updated_at = now()

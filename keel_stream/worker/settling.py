@@ -1,0 +1,160 @@
+"""Settling an attempt: exactly one run.finished summary, then the run's status by the policy.
+
+Every settled attempt leaves one summary, whoever settles it: the attempt itself when it ends
+(or crashes), or the worker that takes the run over after the attempt's worker died. Each
+summary records the lease epoch it was committed under, so a new owner can tell whether the
+dead one had already written its summary before it died (and must not write a second).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from keel_stream.errors import KeelError
+from keel_stream.kernel import AttemptOutcome, Event, InputLedger, Kind, RunStatus, finish_status
+from keel_stream.kernel.status import fresh_budget
+from keel_stream.logs import get_logger
+from keel_stream.worker.runs import RunStore, Settlement
+from keel_stream.worker.session_io import SessionIO
+
+__all__ = ["AttemptRecord", "AttemptResult", "Settler"]
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptResult:
+    status: RunStatus | None
+    """The settled run status; None when the attempt was fenced and nothing was settled."""
+    turns: int
+    stop_reason: str | None
+
+
+@dataclass
+class AttemptRecord:
+    """What an attempt did, kept as it runs so that even a crashed attempt can be summarised."""
+
+    started: float = field(default_factory=time.monotonic)
+    turns: int = 0
+    usage: dict[str, int] = field(default_factory=dict)
+    timings: list[dict[str, Any]] = field(default_factory=list)
+    context_messages: int = 0
+    stop_reason: str | None = None
+    error: str | None = None
+    cancelled: bool = False
+    failed: bool = False
+    permanent: bool = False
+    duration_ms: int | None = None
+    """Known only for attempts this process ran."""
+    abandoned_epoch: int | None = None
+    """For an attempt whose worker died: the epoch it ran under (its summary is committed
+    under the epoch of the worker that took the run over)."""
+
+    def add_usage(self, usage: Mapping[str, int] | None) -> None:
+        for key, value in (usage or {}).items():
+            self.usage[key] = self.usage.get(key, 0) + value
+
+
+def _abandoned(log: list[Event], latest_summary: int, epoch: int, cancelled: bool) -> AttemptRecord:
+    """The record of an attempt whose worker died: what its answers in the log show."""
+    record = AttemptRecord(
+        stop_reason="aborted" if cancelled else "error",
+        error=f"attempt abandoned: the lease of epoch {epoch - 1} expired (its worker stopped)",
+        cancelled=cancelled,
+        failed=not cancelled,
+        abandoned_epoch=epoch - 1,
+    )
+    for event in log:
+        if event.seq > latest_summary and event.kind == Kind.ASSISTANT_MESSAGE:
+            record.turns += 1
+            usage = event.payload.get("usage")
+            record.add_usage(usage if isinstance(usage, Mapping) else None)
+    return record
+
+
+def _recorded(summary: Mapping[str, Any]) -> AttemptRecord:
+    """The record a summary already in the log describes."""
+    status = summary.get("status")
+    return AttemptRecord(
+        stop_reason=summary.get("stopReason"),
+        cancelled=status == "cancelled",
+        failed=status == "failed",
+    )
+
+
+class Settler:
+    def __init__(self, runs: RunStore, provider: str, model: str) -> None:
+        self._runs = runs
+        self._provider = provider
+        self._model = model
+        self._log = get_logger("worker")
+
+    async def settle(self, io: SessionIO, record: AttemptRecord) -> AttemptResult:
+        """Summarise and settle an attempt this worker ran."""
+        return await self._settle(io, record, await io.read_log(), summarise=True)
+
+    async def settle_abandoned(self, io: SessionIO) -> AttemptResult:
+        """Settle the attempt of a run taken over: its worker died before settling it."""
+        claim = io.claim
+        log = await io.read_log()
+        summaries = [e for e in log if e.kind == Kind.RUN_FINISHED]
+        latest = summaries[-1] if summaries else None
+        if latest is not None and latest.payload.get("epoch") == claim.lease.epoch - 1:
+            # The dead owner committed its summary and died before settling the run.
+            return await self._settle(io, _recorded(latest.payload), log, summarise=False)
+        since = latest.seq if latest is not None else 0
+        record = _abandoned(log, since, claim.lease.epoch, claim.cancel_requested)
+        return await self._settle(io, record, log, summarise=True)
+
+    async def _settle(
+        self, io: SessionIO, record: AttemptRecord, log: list[Event], *, summarise: bool
+    ) -> AttemptResult:
+        claim = io.claim
+        inputs = InputLedger().observe_many(log)
+        account = inputs.account(claim.read_watermark)
+        outcome = AttemptOutcome(
+            cancelled=record.cancelled,
+            failed=record.failed or (not record.cancelled and account.owed_turn),
+            attempts=claim.attempts,
+            max_attempts=claim.max_attempts,
+            more_input=bool(account.unpresented),
+            permanent=record.permanent,
+        )
+        if summarise:
+            await self._summarise(io, record, outcome)
+        settlement = Settlement(
+            status=finish_status(outcome),
+            read_watermark=max(inputs.answered, default=0),
+            accounted_through=log[-1].seq if log else 0,
+            fresh_budget=fresh_budget(outcome),
+        )
+        status = await self._runs.settle(claim, settlement)
+        return AttemptResult(status, record.turns, record.stop_reason)
+
+    async def _summarise(
+        self, io: SessionIO, record: AttemptRecord, outcome: AttemptOutcome
+    ) -> None:
+        status = "cancelled" if outcome.cancelled else "failed" if outcome.failed else "done"
+        summary: dict[str, Any] = {
+            "status": status,
+            "turns": record.turns,
+            "tokens": record.usage,
+            "toolTimings": record.timings,
+            "context": {"messages": record.context_messages},
+            "stopReason": record.stop_reason,
+            "provider": self._provider,
+            "model": self._model,
+            "epoch": io.claim.lease.epoch,
+        }
+        if record.duration_ms is not None:
+            summary["durationMs"] = record.duration_ms
+        if record.error:
+            summary["error"] = record.error
+        if record.abandoned_epoch is not None:
+            summary["abandonedEpoch"] = record.abandoned_epoch
+        try:
+            await io.commit(Kind.RUN_FINISHED, summary)
+        except KeelError as exc:
+            # A failed summary write never changes how the attempt settles (seed §6).
+            self._log.warning("run.finished not recorded", error=str(exc))

@@ -1,0 +1,279 @@
+"""The seed's promises about runs, pinned end to end with a real worker and PostgreSQL:
+input is never swallowed, the log replays what the model saw, one summary per settled attempt,
+the turn bound follows the status table, compaction, prompt cancel."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+
+from keel_stream.kernel import Event, account_inputs
+from keel_stream.store import PostgresLedger
+from keel_stream.worker.providers.base import ProviderRequest
+from keel_stream.worker.runs import RunStore
+from projections.transcript import TRANSCRIPT
+from tests.integration.test_worker import answers, assert_each_input_answered_once, say
+from tests.support.wait import wait_until
+from tests.support.workers import (
+    RecordingProvider,
+    WorkerProcess,
+    log_of,
+    run_status,
+    settled,
+    tool_call_committed,
+    worker_task,
+)
+
+pytestmark = pytest.mark.usefixtures("one_summary_per_attempt")
+
+
+def summaries(events: list[Event]) -> list[str]:
+    return [e.payload["status"] for e in events if e.kind == "run.finished"]
+
+
+async def running(pool: asyncpg.Pool, session: str = "s1") -> bool:
+    return await run_status(pool, session) == "running"
+
+
+async def test_input_committed_while_an_attempt_is_cancelled_is_answered_once(
+    ledger: PostgresLedger, pool: asyncpg.Pool, database_dsn: str, session: tuple[str, str]
+) -> None:
+    async with worker_task(database_dsn):
+        await say(ledger, "[[slow:400]] one two three four five six", "r1")
+        await wait_until(lambda: running(pool), 30, "the attempt to run")
+        late = await say(ledger, "are you still there", "r2")
+        assert await RunStore(pool, "api", 10).request_cancel("acme", "s1")
+        await settled(pool, "s1", "done")
+    events = await log_of(ledger, "s1")
+    assert summaries(events) == ["cancelled", "done"]
+    assert answers(events)[0].payload["stopReason"] == "aborted"
+    assert answers(events)[-1].payload["inputSeqs"] == [1, late]
+    assert_each_input_answered_once(events)
+
+
+async def test_input_during_an_attempt_that_spends_its_budget_is_answered_once(
+    ledger: PostgresLedger, pool: asyncpg.Pool, database_dsn: str, session: tuple[str, str]
+) -> None:
+    await pool.execute(
+        "INSERT INTO runs (tenant_id, session_id, status, max_attempts)"
+        " VALUES ('acme', 's1', 'done', 1)"
+    )
+    async with worker_task(database_dsn):
+        await say(ledger, '[[tool:sleep {"seconds": 1.5}]] [[fail-after-tool]] go', "r1")
+        await tool_call_committed(ledger, "s1")
+        late = await say(ledger, "and this one?", "r2")
+        await settled(pool, "s1", "done")
+    events = await log_of(ledger, "s1")
+    assert summaries(events) == ["failed", "done"], "the spent budget did not swallow the input"
+    assert answers(events)[-1].payload["inputSeqs"] == [late]
+    assert_each_input_answered_once(events)
+
+
+async def test_a_minute_of_steady_input_answers_every_input_and_fails_no_run(
+    ledger: PostgresLedger, pool: asyncpg.Pool, database_dsn: str, session: tuple[str, str]
+) -> None:
+    sent = 0
+    async with worker_task(database_dsn):
+        began = time.monotonic()
+        while time.monotonic() - began < 60:
+            sent += 1
+            await say(ledger, f"[[slow:40]] message number {sent}", f"r{sent}")
+            await asyncio.sleep(0.25)
+        await settled(pool, "s1", "done")
+    events = await log_of(ledger, "s1")
+    assert sent >= 150
+    assert "failed" not in summaries(events)
+    assert account_inputs(events).unanswered == ()
+    assert_each_input_answered_once(events)
+
+
+async def test_a_guide_answered_in_the_run_causes_no_further_attempt(
+    ledger: PostgresLedger, pool: asyncpg.Pool, database_dsn: str, session: tuple[str, str]
+) -> None:
+    async with worker_task(database_dsn):
+        await say(ledger, '[[tool:sleep {"seconds": 1}]] look it up', "r1")
+        await tool_call_committed(ledger, "s1")
+        await say(ledger, "also this", "r2", delivery="guide")
+        # Today's rule makes "done" final here; a second attempt would have come before it.
+        await settled(pool, "s1", "done")
+    events = await log_of(ledger, "s1")
+    assert summaries(events) == ["done"]
+    epoch = await pool.fetchval("SELECT lease_epoch FROM runs WHERE session_id = 's1'")
+    assert epoch == 1, "one claim: the run was not queued again"
+
+
+class CrashingOnce(RecordingProvider):
+    """Raises an unexpected error from its stream on the first request (a bug, not a failure)."""
+
+    def stream(self, request: ProviderRequest) -> Any:
+        if not self.requests:
+            self.requests.append(request)
+            raise KeyError("a provider bug")
+        return super().stream(request)
+
+
+async def test_a_crashed_attempt_leaves_exactly_one_summary(
+    ledger: PostgresLedger, pool: asyncpg.Pool, database_dsn: str, session: tuple[str, str]
+) -> None:
+    async with worker_task(database_dsn, provider=CrashingOnce()):
+        await say(ledger, "hello", "r1")
+        await settled(pool, "s1", "done")
+    events = await log_of(ledger, "s1")
+    finished = [e.payload for e in events if e.kind == "run.finished"]
+    assert [s["status"] for s in finished] == ["failed", "done"]
+    assert "attempt crashed: KeyError" in finished[0]["error"]
+    assert_each_input_answered_once(events)
+
+
+async def test_max_turns_with_budget_left_goes_pending_and_resumes(
+    ledger: PostgresLedger, pool: asyncpg.Pool, database_dsn: str, session: tuple[str, str]
+) -> None:
+    async with worker_task(database_dsn, max_turns=1):
+        await say(ledger, '[[tool:echo {"x": 1}]] go', "r1")
+        await settled(pool, "s1", "done")
+    events = await log_of(ledger, "s1")
+    finished = [e.payload for e in events if e.kind == "run.finished"]
+    assert [(s["status"], s["stopReason"]) for s in finished] == [
+        ("failed", "max_turns"),
+        ("done", "end_turn"),
+    ]
+    assert answers(events)[-1].payload["content"][0]["text"].startswith("done:")
+
+
+async def test_max_turns_with_the_budget_spent_fails_the_run(
+    ledger: PostgresLedger, pool: asyncpg.Pool, database_dsn: str, session: tuple[str, str]
+) -> None:
+    await pool.execute(
+        "INSERT INTO runs (tenant_id, session_id, status, max_attempts)"
+        " VALUES ('acme', 's1', 'done', 1)"
+    )
+    async with worker_task(database_dsn, max_turns=1):
+        await say(ledger, '[[tool:echo {"x": 1}]] go', "r1")
+        await settled(pool, "s1", "failed")
+    events = await log_of(ledger, "s1")
+    assert summaries(events) == ["failed"]
+
+
+def context_before(events: list[Event], answer: Event) -> list[Any]:
+    """The model's view the log says the request for `answer` carried."""
+    state = TRANSCRIPT.apply_many(TRANSCRIPT.initial(), [e for e in events if e.seq <= answer.seq])
+    return list(state.context[:-1])
+
+
+def assert_requests_replay(events: list[Event], provider: RecordingProvider) -> int:
+    by_generation = {r.generation_id: r for r in provider.requests}
+    compared = 0
+    for answer in answers(events):
+        request = by_generation.get(answer.payload["generationId"])
+        if request is None or answer.payload["stopReason"] in ("error", "aborted"):
+            continue
+        assert context_before(events, answer) == list(request.messages), answer.seq
+        compared += 1
+    return compared
+
+
+async def test_the_log_replays_what_the_model_saw_for_a_guide_during_a_tool_turn(
+    ledger: PostgresLedger, pool: asyncpg.Pool, database_dsn: str, session: tuple[str, str]
+) -> None:
+    provider = RecordingProvider()
+    async with worker_task(database_dsn, provider=provider):
+        await say(ledger, '[[tool:sleep {"seconds": 1.5}]] look it up', "r1")
+        await tool_call_committed(ledger, "s1")
+        guide = await say(ledger, "also check the weather", "r2", delivery="guide")
+        await settled(pool, "s1", "done")
+    events = await log_of(ledger, "s1")
+    result = next(e for e in events if e.kind == "tool.result")
+    assert guide < result.seq, "the guide was committed while the tool ran"
+    second = provider.requests[1].messages
+    assert [m["role"] for m in second] == ["user", "assistant", "toolResult", "user"]
+    assert second[-1]["seq"] == guide, "the guide follows its sibling tool results"
+    assert assert_requests_replay(events, provider) == 2
+
+
+async def test_the_log_replays_what_the_model_saw_after_a_takeover(
+    ledger: PostgresLedger,
+    pool: asyncpg.Pool,
+    database_dsn: str,
+    session: tuple[str, str],
+    tmp_path: Path,
+) -> None:
+    first = await WorkerProcess(database_dsn, tmp_path).start()
+    try:
+        await say(ledger, '[[tool:sleep {"seconds": 3}]] wait for it', "r1")
+        await tool_call_committed(ledger, "s1", timeout_s=60)
+        guide = await say(ledger, "meanwhile, this", "r2", delivery="guide")
+    finally:
+        await first.signal(signal.SIGKILL)
+    provider = RecordingProvider()
+    async with worker_task(database_dsn, provider=provider):
+        await settled(pool, "s1", "done")
+    events = await log_of(ledger, "s1")
+    last = provider.requests[-1].messages
+    assert [m["role"] for m in last] == ["user", "assistant", "toolResult", "user"]
+    assert last[-1]["seq"] == guide
+    assert assert_requests_replay(events, provider) == 1
+    assert_each_input_answered_once(events)
+
+
+async def test_a_long_session_compacts_and_the_next_request_carries_the_summary(
+    ledger: PostgresLedger, pool: asyncpg.Pool, database_dsn: str, session: tuple[str, str]
+) -> None:
+    provider = RecordingProvider()
+    async with worker_task(database_dsn, provider=provider, context_budget_chars=1200):
+        for turn in range(8):
+            await say(ledger, f"turn {turn}: " + "words " * 20, f"r{turn}")
+            await settled(pool, "s1", "done")
+    events = await log_of(ledger, "s1")
+    compactions = [e for e in events if e.kind == "compaction"]
+    assert compactions, "the context outgrew 1,200 characters"
+    first = compactions[0]
+    after = next(r for r in provider.requests if r.generation_id == _next_generation(events, first))
+    summary = {"role": "summary", "seq": first.seq, "content": first.payload["summary"]}
+    assert after.messages[0] == summary
+    summarised = {m["seq"] for m in provider.summarised[0]}
+    assert summarised.isdisjoint(m["seq"] for m in after.messages[1:]), "only later turns"
+    assert first.payload["compactedMessages"] == len(summarised)
+    assert assert_requests_replay(events, provider) == 8
+    assert_each_input_answered_once(events)
+
+
+def _next_generation(events: list[Event], after: Event) -> str:
+    return str(next(e for e in answers(events) if e.seq > after.seq).payload["generationId"])
+
+
+async def test_cancel_reaches_a_slow_stream_at_once(
+    ledger: PostgresLedger, pool: asyncpg.Pool, database_dsn: str, session: tuple[str, str]
+) -> None:
+    # A long lease: the heartbeat (every 10 s) cannot be what delivers the cancel.
+    async with worker_task(database_dsn, lease_ttl_s=30):
+        await say(ledger, "[[slow:5000]] one two three", "r1")
+        await wait_until(lambda: running(pool), 30, "the attempt to run")
+        asked = time.monotonic()
+        assert await RunStore(pool, "api", 10).request_cancel("acme", "s1")
+        await settled(pool, "s1", "failed", timeout_s=30)
+        took = time.monotonic() - asked
+    events = await log_of(ledger, "s1")
+    assert answers(events)[0].payload["stopReason"] == "aborted"
+    assert took < 1.0, f"cancel took {took:.2f} s"
+
+
+async def test_cancel_reaches_a_running_tool_at_once(
+    ledger: PostgresLedger, pool: asyncpg.Pool, database_dsn: str, session: tuple[str, str]
+) -> None:
+    async with worker_task(database_dsn, lease_ttl_s=30):
+        await say(ledger, '[[tool:sleep {"seconds": 20}]] wait', "r1")
+        await tool_call_committed(ledger, "s1")
+        asked = time.monotonic()
+        assert await RunStore(pool, "api", 10).request_cancel("acme", "s1")
+        await settled(pool, "s1", "failed", timeout_s=30)
+        took = time.monotonic() - asked
+    events = await log_of(ledger, "s1")
+    assert summaries(events) == ["cancelled"]
+    assert not [e for e in events if e.kind == "tool.result"], "the abandoned call has no result"
+    assert took < 1.0, f"cancel took {took:.2f} s"
