@@ -10,6 +10,7 @@ from keel_stream.worker.providers import (
     Finish,
     OpenAIProvider,
     ProviderRequest,
+    RetryPolicy,
     TextDelta,
     ToolCall,
 )
@@ -30,15 +31,18 @@ async def test_streams_text_and_usage() -> None:
     ]
 
 
-async def test_server_error_is_a_terminal_error() -> None:
-    async with chat_server() as (url, _):
-        provider = OpenAIProvider(url, None, "local")
+async def test_server_error_is_a_terminal_error_after_retries() -> None:
+    async with chat_server() as (url, server):
+        retry = RetryPolicy(max_attempts=2, base_s=0.01)
+        provider = OpenAIProvider(url, None, "local", retry=retry)
         request = ProviderRequest("t", "s", "g1", [{"role": "user", "content": "explode"}])
         events = [e async for e in provider.stream(request)]
     (finish,) = events
     assert isinstance(finish, Finish)
     assert finish.stop_reason == "error"
-    assert "500" in (finish.error or "")
+    assert "HTTP 500" in (finish.error or "")
+    assert not finish.permanent
+    assert len(server.requests) == 2
 
 
 async def test_a_tool_turn_through_the_worker(

@@ -15,10 +15,13 @@ import pytest
 
 from keel_stream.kernel import Event, account_inputs
 from keel_stream.store import PostgresLedger
+from keel_stream.worker.providers import OpenAIProvider
 from keel_stream.worker.providers.base import ProviderRequest
+from keel_stream.worker.providers.chat_wire import to_chat_messages
 from keel_stream.worker.runs import RunStore
 from projections.transcript import TRANSCRIPT
 from tests.integration.test_worker import answers, assert_each_input_answered_once, say
+from tests.support.chat_server import ChatServer, Fault, chat_server
 from tests.support.wait import wait_until
 from tests.support.workers import (
     RecordingProvider,
@@ -277,3 +280,71 @@ async def test_cancel_reaches_a_running_tool_at_once(
     assert summaries(events) == ["cancelled"]
     assert not [e for e in events if e.kind == "tool.result"], "the abandoned call has no result"
     assert took < 1.0, f"cancel took {took:.2f} s"
+
+
+def assert_chat_requests_replay(events: list[Event], server: ChatServer) -> None:
+    """Each completed answer's request, as the chat-completions server received it, equals the
+    context folded from the log up to that answer (the server saw no failed requests)."""
+    completed = [a for a in answers(events) if a.payload["stopReason"] not in ("error", "aborted")]
+    assert len(completed) == len(server.requests)
+    for answer, request in zip(completed, server.requests, strict=True):
+        assert to_chat_messages(context_before(events, answer)) == request["messages"], answer.seq
+
+
+async def test_the_context_folded_from_the_log_equals_each_chat_request_with_a_guide(
+    ledger: PostgresLedger, pool: asyncpg.Pool, database_dsn: str, session: tuple[str, str]
+) -> None:
+    async with chat_server() as (url, server):
+        provider = OpenAIProvider(url, "sk-test", "local")
+        async with worker_task(database_dsn, provider=provider):
+            await say(ledger, "please slow-lookup the weather", "r1")
+            await tool_call_committed(ledger, "s1")
+            await say(ledger, "in Paris", "r2", delivery="guide")
+            await settled(pool, "s1", "done")
+    events = await log_of(ledger, "s1")
+    roles = [m["role"] for m in server.requests[1]["messages"]]
+    assert roles == ["user", "assistant", "tool", "user"], "a guide follows its tool results"
+    assert_chat_requests_replay(events, server)
+
+
+async def test_the_context_folded_from_the_log_equals_each_chat_request_after_a_takeover(
+    ledger: PostgresLedger,
+    pool: asyncpg.Pool,
+    database_dsn: str,
+    session: tuple[str, str],
+    tmp_path: Path,
+) -> None:
+    async with chat_server() as (url, server):
+        env = {"KEEL_PROVIDER": "openai", "KEEL_OPENAI_BASE_URL": url}
+        first = await WorkerProcess(database_dsn, tmp_path, **env).start()
+        try:
+            await say(ledger, "please slow-lookup the weather", "r1")
+            await tool_call_committed(ledger, "s1", timeout_s=60)
+            await say(ledger, "in Paris", "r2", delivery="guide")
+        finally:
+            await first.signal(signal.SIGKILL)
+        async with worker_task(database_dsn, provider=OpenAIProvider(url, None, "local")):
+            await settled(pool, "s1", "done")
+    events = await log_of(ledger, "s1")
+    assert [e.kind for e in events].count("tool.result") == 1
+    assert [m["role"] for m in server.requests[-1]["messages"]] == [
+        "user", "assistant", "tool", "user",
+    ]  # fmt: skip
+    assert_chat_requests_replay(events, server)
+    assert_each_input_answered_once(events)
+
+
+async def test_a_permanent_provider_failure_fails_the_run_at_once(
+    ledger: PostgresLedger, pool: asyncpg.Pool, database_dsn: str, session: tuple[str, str]
+) -> None:
+    async with chat_server() as (url, server):
+        server.faults.append(Fault(status=401, body='{"error": "bad key"}'))
+        async with worker_task(database_dsn, provider=OpenAIProvider(url, "sk-bad", "local")):
+            await say(ledger, "hello", "r1")
+            await settled(pool, "s1", "failed")
+    events = await log_of(ledger, "s1")
+    (summary,) = [e.payload for e in events if e.kind == "run.finished"]
+    assert summary["status"] == "failed"
+    assert summary["error"].startswith("HTTP 401")
+    assert "bad key" in summary["error"]
+    assert len(server.requests) == 1, "no retry storm"

@@ -4,6 +4,7 @@ from keel_stream.worker.providers.base import (
     Finish,
     Provider,
     ProviderEvent,
+    ProviderFailed,
     ProviderRequest,
     TextDelta,
     ToolCall,
@@ -11,6 +12,7 @@ from keel_stream.worker.providers.base import (
 )
 from keel_stream.worker.providers.fake import FakeProvider
 from keel_stream.worker.providers.openai import OpenAIProvider
+from keel_stream.worker.providers.retry import RetryPolicy
 
 __all__ = [
     "FakeProvider",
@@ -18,7 +20,9 @@ __all__ = [
     "OpenAIProvider",
     "Provider",
     "ProviderEvent",
+    "ProviderFailed",
     "ProviderRequest",
+    "RetryPolicy",
     "TextDelta",
     "ToolCall",
     "ToolSpec",

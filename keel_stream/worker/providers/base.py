@@ -10,6 +10,7 @@ __all__ = [
     "Finish",
     "Provider",
     "ProviderEvent",
+    "ProviderFailed",
     "ProviderRequest",
     "TextDelta",
     "ToolCall",
@@ -48,6 +49,9 @@ class ToolCall:
     id: str
     name: str
     arguments: Mapping[str, Any] = field(default_factory=dict)
+    invalid_arguments: str | None = None
+    """The raw arguments text when it was not a JSON object; the loop answers the call with an
+    isError result."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,9 +60,20 @@ class Finish:
     """end_turn, tool_use, max_tokens, or error."""
     usage: Mapping[str, int] | None = None
     error: str | None = None
+    permanent: bool = False
+    """A deterministic failure (e.g. HTTP 401, 400): retrying cannot help, the run fails at once."""
 
 
 ProviderEvent = TextDelta | ToolCall | Finish
+
+
+class ProviderFailed(Exception):
+    """A provider request failed after the provider's own retries; `permanent` when it was a
+    deterministic failure (retrying cannot help)."""
+
+    def __init__(self, message: str, *, permanent: bool = False) -> None:
+        super().__init__(message)
+        self.permanent = permanent
 
 
 class Provider(Protocol):
@@ -69,4 +84,10 @@ class Provider(Protocol):
 
     def stream(self, request: ProviderRequest) -> AsyncIterator[ProviderEvent]:
         """Deltas as they come, then exactly one Finish (stopReason error on failure)."""
+        ...
+
+    async def summarize(self, messages: Sequence[Mapping[str, Any]]) -> str:
+        """A summary of these context messages, to replace them (compaction).
+
+        Raises ProviderFailed when the provider cannot produce one."""
         ...

@@ -7,6 +7,8 @@ latest user message script it:
 - `[[fail:N]]`: fail (stopReason error) on the first N attempts of the run;
 - `[[fail-after-tool]]`: fail on the request that follows a tool result;
 - `[[slow:MS]]`: wait MS milliseconds before each delta (a slow token stream).
+
+Its summary (compaction) is `summary of N messages: ` and the start of each user/assistant text.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from keel_stream.worker.providers.base import (
 __all__ = ["FakeProvider"]
 
 _DIRECTIVE: Final = re.compile(r"\[\[(\w[\w-]*)(?::([^\]]*))?\]\]")
+_SUMMARY_LIMIT: Final = 2000
 
 
 def _latest_user(messages: Sequence[Mapping[str, Any]]) -> tuple[str, bool]:
@@ -40,6 +43,14 @@ def _latest_user(messages: Sequence[Mapping[str, Any]]) -> tuple[str, bool]:
                 m.get("role") == "toolResult" for m in after
             )
     return "", False
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(str(b.get("text", "")) for b in content if isinstance(b, dict))
+    return ""
 
 
 def _result_text(messages: Sequence[Mapping[str, Any]]) -> str:
@@ -77,3 +88,13 @@ class FakeProvider:
                 await asyncio.sleep(delay)
             yield TextDelta(word if index == 0 else f" {word}")
         yield Finish("end_turn", {**usage, "output": len(words)})
+
+    async def summarize(self, messages: Sequence[Mapping[str, Any]]) -> str:
+        """`summary of N messages: ` and the first 40 characters of each user/assistant text."""
+        texts = [
+            _text_of(m.get("content"))[:40]
+            for m in messages
+            if m.get("role") in ("user", "assistant")
+        ]
+        summary = f"summary of {len(messages)} messages: " + " | ".join(texts)
+        return summary[:_SUMMARY_LIMIT]

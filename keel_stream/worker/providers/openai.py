@@ -1,9 +1,15 @@
-"""An OpenAI-compatible chat-completions provider over httpx, streaming (SSE)."""
+"""An OpenAI-compatible chat-completions provider over httpx, streaming (SSE).
+
+A request that fails before any text reached the caller is retried (HTTP 408/409/429/5xx,
+transport errors, a stream cut before its finish_reason) with backoff; once text was streamed a
+failure ends the answer. Other 4xx are permanent: no retry, `Finish.permanent`.
+"""
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator, Mapping, Sequence
+import dataclasses
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from contextlib import aclosing
 from typing import Any, Final
 
 import httpx
@@ -12,60 +18,31 @@ from httpx_sse import aconnect_sse
 from keel_stream.worker.providers.base import (
     Finish,
     ProviderEvent,
+    ProviderFailed,
     ProviderRequest,
     TextDelta,
-    ToolCall,
+)
+from keel_stream.worker.providers.chat_wire import (
+    ChatStream,
+    WireError,
+    completion_text,
+    to_chat_messages,
+    to_chat_tools,
+)
+from keel_stream.worker.providers.retry import (
+    Failure,
+    RetryPolicy,
+    http_failure,
+    retry_pause,
+    send_failure,
 )
 
-__all__ = ["OpenAIProvider"]
+__all__ = ["OpenAIProvider", "RetryPolicy", "to_chat_messages"]
 
-_STOP_REASONS: Final = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens"}
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(str(b.get("text", "")) for b in content if isinstance(b, dict))
-    return ""
-
-
-def to_chat_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The transcript's context view in the chat-completions message shape."""
-    chat: list[dict[str, Any]] = []
-    for m in messages:
-        role = m.get("role")
-        if role == "user":
-            chat.append({"role": "user", "content": _text(m.get("content"))})
-        elif role == "summary":
-            chat.append({"role": "system", "content": f"Summary so far: {_text(m.get('content'))}"})
-        elif role == "assistant":
-            blocks = m.get("content") or []
-            calls = [
-                {
-                    "id": b["id"],
-                    "type": "function",
-                    "function": {
-                        "name": b["name"],
-                        "arguments": json.dumps(b.get("arguments", {})),
-                    },
-                }
-                for b in blocks
-                if isinstance(b, dict) and b.get("type") == "toolCall"
-            ]
-            message: dict[str, Any] = {"role": "assistant", "content": _text(blocks) or None}
-            if calls:
-                message["tool_calls"] = calls
-            chat.append(message)
-        elif role == "toolResult":
-            chat.append(
-                {
-                    "role": "tool",
-                    "tool_call_id": m["toolCallId"],
-                    "content": _text(m.get("content")),
-                }
-            )
-    return chat
+_SUMMARY_INSTRUCTION: Final = (
+    "Summarize the conversation above for your own later use: the user's goals, the facts, "
+    "decisions and tool results that still matter, and what is left to do. Be concise."
+)
 
 
 class OpenAIProvider:
@@ -74,12 +51,21 @@ class OpenAIProvider:
     name = "openai"
 
     def __init__(
-        self, base_url: str, api_key: str | None, model: str, timeout_s: float = 60
+        self,
+        base_url: str,
+        api_key: str | None,
+        model: str,
+        timeout_s: float = 60,
+        retry: RetryPolicy | None = None,
     ) -> None:
         self.model = model
-        self._base_url = base_url.rstrip("/")
+        self._url = f"{base_url.rstrip('/')}/chat/completions"
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._timeout = timeout_s
+        self._retry = retry or RetryPolicy()
+
+    def _client(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(timeout=self._timeout, headers=self._headers)
 
     async def stream(self, request: ProviderRequest) -> AsyncIterator[ProviderEvent]:
         body: dict[str, Any] = {
@@ -89,55 +75,90 @@ class OpenAIProvider:
             "stream_options": {"include_usage": True},
         }
         if request.tools:
-            body["tools"] = [
-                {
-                    "type": "function",
-                    "function": {
-                        "name": t.name,
-                        "description": t.description,
-                        "parameters": dict(t.parameters),
-                    },
-                }
-                for t in request.tools
-            ]
-        calls: dict[int, dict[str, str]] = {}
-        finish_reason: str | None = None
-        usage: dict[str, int] | None = None
+            body["tools"] = to_chat_tools(request.tools)
+        attempt = 0
+        async with self._client() as client:
+            while True:
+                attempt += 1
+                failure: Failure | None = None
+                streamed = False
+                async with aclosing(self._stream_once(client, body)) as items:
+                    async for item in items:
+                        if isinstance(item, Failure):
+                            failure = item
+                        else:
+                            streamed = streamed or isinstance(item, TextDelta)
+                            yield item
+                if failure is None:
+                    return
+                if streamed:
+                    # The caller already has part of an answer: a retry would repeat it.
+                    failure = dataclasses.replace(failure, retriable=False)
+                if not await retry_pause(self._retry, failure, attempt):
+                    error = self._retry.final_error(failure, attempt)
+                    yield Finish("error", error=error, permanent=failure.permanent)
+                    return
+
+    async def _stream_once(
+        self, client: httpx.AsyncClient, body: Mapping[str, Any]
+    ) -> AsyncGenerator[ProviderEvent | Failure, None]:
+        """One request: its events, and a Failure last if it failed."""
+        chat = ChatStream()
         try:
-            async with (
-                httpx.AsyncClient(timeout=self._timeout, headers=self._headers) as client,
-                aconnect_sse(
-                    client, "POST", f"{self._base_url}/chat/completions", json=body
-                ) as source,
-            ):
-                source.response.raise_for_status()
+            async with aconnect_sse(client, "POST", self._url, json=body) as source:
+                if not source.response.is_success:
+                    yield await http_failure(source.response)
+                    return
                 async for sse in source.aiter_sse():
-                    if sse.data.strip() == "[DONE]":
+                    for text in chat.feed(sse.data):
+                        yield TextDelta(text)
+                    if chat.done:
                         break
-                    chunk = json.loads(sse.data)
-                    if chunk.get("usage"):
-                        usage = {
-                            "input": int(chunk["usage"].get("prompt_tokens", 0)),
-                            "output": int(chunk["usage"].get("completion_tokens", 0)),
-                        }
-                    for choice in chunk.get("choices") or []:
-                        delta = choice.get("delta") or {}
-                        if delta.get("content"):
-                            yield TextDelta(delta["content"])
-                        for part in delta.get("tool_calls") or []:
-                            call = calls.setdefault(
-                                int(part.get("index", 0)), {"id": "", "name": "", "arguments": ""}
-                            )
-                            function = part.get("function") or {}
-                            call["id"] = part.get("id") or call["id"]
-                            call["name"] = function.get("name") or call["name"]
-                            call["arguments"] += function.get("arguments") or ""
-                        finish_reason = choice.get("finish_reason") or finish_reason
-        except (httpx.HTTPError, json.JSONDecodeError, KeyError, ValueError) as exc:
-            yield Finish("error", usage, error=f"{exc.__class__.__name__}: {exc}")
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            if not chat.complete:  # a connection lost after the finish_reason lost nothing
+                yield send_failure(exc)
+                return
+        except WireError as exc:
+            yield Failure(str(exc))
             return
-        for index in sorted(calls):
-            call = calls[index]
-            arguments = json.loads(call["arguments"]) if call["arguments"].strip() else {}
-            yield ToolCall(call["id"], call["name"], arguments)
-        yield Finish(_STOP_REASONS.get(finish_reason or "stop", finish_reason or "end_turn"), usage)
+        if not chat.complete:
+            yield Failure(chat.incomplete_error(), retriable=True)
+            return
+        for call in chat.tool_calls():
+            yield call
+        yield chat.finish()
+
+    async def summarize(self, messages: Sequence[Mapping[str, Any]]) -> str:
+        body = {
+            "model": self.model,
+            "messages": [
+                *to_chat_messages(messages),
+                {"role": "user", "content": _SUMMARY_INSTRUCTION},
+            ],
+            "stream": False,
+        }
+        attempt = 0
+        async with self._client() as client:
+            while True:
+                attempt += 1
+                result = await self._complete_once(client, body)
+                if isinstance(result, str):
+                    return result
+                if not await retry_pause(self._retry, result, attempt):
+                    error = self._retry.final_error(result, attempt)
+                    raise ProviderFailed(f"summarize: {error}", permanent=result.permanent)
+
+    async def _complete_once(
+        self, client: httpx.AsyncClient, body: Mapping[str, Any]
+    ) -> str | Failure:
+        """One non-streamed request: the answer text, or why there is none."""
+        try:
+            response = await client.post(self._url, json=body)
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            return send_failure(exc)
+        if not response.is_success:
+            return await http_failure(response)
+        try:
+            return completion_text(response.json())
+        except ValueError as exc:  # WireError, or a body that is not JSON
+            return Failure(f"{exc.__class__.__name__}: {exc}")

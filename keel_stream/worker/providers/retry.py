@@ -1,0 +1,145 @@
+"""When a failed provider request is tried again, and how long to wait before it."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Final
+
+import httpx
+from httpx_sse import SSEError
+
+from keel_stream.logs import get_logger
+
+__all__ = ["Failure", "RetryPolicy", "http_failure", "retry_after_s", "retry_pause", "send_failure"]
+
+_RETRIABLE_4XX: Final = frozenset({408, 409, 429})
+_BODY_LIMIT: Final = 2048
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """One failed request: what went wrong, and whether trying again can help."""
+
+    error: str
+    status: int | None = None
+    retriable: bool = False
+    permanent: bool = False
+    """Deterministic (an HTTP 4xx other than 408/409/429): fail the run without retries."""
+    retry_after_s: float | None = None
+    """What the server asked us to wait (Retry-After, retry-after-ms)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Exponential backoff with full jitter; the server's Retry-After is a floor on the wait."""
+
+    max_attempts: int = 4
+    """Requests in all, the first one included."""
+    base_s: float = 0.5
+    cap_s: float = 8.0
+    """The longest backoff of our own."""
+    max_retry_after_s: float = 30.0
+    """A server asking for a longer wait than this fails the request instead."""
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1 or self.base_s < 0 or self.cap_s < 0:
+            raise ValueError(f"invalid retry policy: {self}")
+
+    def backoff_s(self, attempt: int, rng: Callable[[], float] = random.random) -> float:
+        """Full jitter: uniform in [0, min(cap, base * 2^(attempt - 1)))."""
+        return rng() * min(self.cap_s, self.base_s * 2.0 ** min(attempt - 1, 32))
+
+    def wait_s(self, failure: Failure, attempt: int) -> float | None:
+        """The pause before the next request after `attempt` failed; None to give up."""
+        if not failure.retriable or attempt >= self.max_attempts:
+            return None
+        asked = failure.retry_after_s or 0.0
+        if asked > self.max_retry_after_s:
+            return None
+        return max(asked, self.backoff_s(attempt))
+
+    def final_error(self, failure: Failure, attempt: int) -> str:
+        """The error to report when giving up after `attempt` requests."""
+        if not failure.retriable:
+            return failure.error
+        asked = failure.retry_after_s or 0.0
+        if asked > self.max_retry_after_s:
+            return (
+                f"{failure.error} (the server asked to retry after {asked:.0f}s, "
+                f"more than the {self.max_retry_after_s:g}s limit)"
+            )
+        return f"{failure.error} (gave up after {attempt} attempts)"
+
+
+async def retry_pause(policy: RetryPolicy, failure: Failure, attempt: int) -> bool:
+    """Wait out the pause before the next request (True), or give up (False). Logs once."""
+    log = get_logger("provider")  # looked up per use: tests capture logs by reconfiguring
+    wait = policy.wait_s(failure, attempt)
+    if wait is None:
+        log.warning(
+            "provider request failed",
+            status=failure.status,
+            error=policy.final_error(failure, attempt),
+            attempt=attempt,
+            permanent=failure.permanent,
+        )
+        return False
+    log.warning(
+        "provider request failed, will retry",
+        status=failure.status,
+        error=failure.error,
+        attempt=attempt,
+        retry_in_s=round(wait, 3),
+    )
+    await asyncio.sleep(wait)
+    return True
+
+
+def retry_after_s(headers: httpx.Headers, now: datetime | None = None) -> float | None:
+    """The wait a response asks for: retry-after-ms, or Retry-After in seconds or as a date."""
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        value = headers.get(name, "").strip()
+        try:
+            seconds = float(value) * scale
+        except ValueError:
+            continue
+        if math.isfinite(seconds):
+            return max(0.0, seconds)
+    value = headers.get("retry-after", "").strip()
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+
+
+async def http_failure(response: httpx.Response) -> Failure:
+    """A failure from an unsuccessful response: its status and the start of its body."""
+    head = b""
+    async for part in response.aiter_bytes():
+        head += part
+        if len(head) >= _BODY_LIMIT:
+            break
+    status = response.status_code
+    error = f"HTTP {status}: {head[:_BODY_LIMIT].decode('utf-8', 'replace')}"
+    if status in _RETRIABLE_4XX or status >= 500:
+        return Failure(error, status, retriable=True, retry_after_s=retry_after_s(response.headers))
+    return Failure(error, status, permanent=400 <= status < 500)
+
+
+def send_failure(exc: httpx.HTTPError | httpx.InvalidURL) -> Failure:
+    """A failure to get a response at all: transport errors are retried, a bad URL is not."""
+    error = f"{exc.__class__.__name__}: {exc}" if str(exc) else exc.__class__.__name__
+    if isinstance(exc, httpx.InvalidURL | httpx.UnsupportedProtocol):
+        return Failure(error, permanent=True)
+    if isinstance(exc, SSEError):
+        return Failure(error)
+    return Failure(error, retriable=isinstance(exc, httpx.TransportError))
