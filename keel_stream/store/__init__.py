@@ -1,18 +1,38 @@
-"""The PostgreSQL store: migrations, the commit transaction, reads."""
+"""The store: the one door to PostgreSQL (migrations, the commit transaction, reads, run rows),
+and the in-memory adapter that keeps the same rules."""
 
 from keel_stream.store.connect import connect, create_pool, pooled
+from keel_stream.store.memory import MemoryRuns, MemoryStore
 from keel_stream.store.migrate import MigrationReport, migrate
-from keel_stream.store.postgres import MAX_READ_LIMIT, PostgresLedger
-from keel_stream.store.protocol import ExternalMarkers, ExternalStatus, Ledger, Metering
+from keel_stream.store.postgres import PostgresLedger
+from keel_stream.store.protocol import (
+    MAX_READ_LIMIT,
+    Claim,
+    ExternalMarkers,
+    ExternalStatus,
+    Heartbeat,
+    Ledger,
+    Metering,
+    Runs,
+    Settlement,
+)
+from keel_stream.store.runs import PostgresRuns
 
 __all__ = [
     "MAX_READ_LIMIT",
+    "Claim",
     "ExternalMarkers",
     "ExternalStatus",
+    "Heartbeat",
     "Ledger",
+    "MemoryRuns",
+    "MemoryStore",
     "Metering",
     "MigrationReport",
     "PostgresLedger",
+    "PostgresRuns",
+    "Runs",
+    "Settlement",
     "connect",
     "create_pool",
     "migrate",

@@ -26,12 +26,11 @@ from keel_stream.kernel.delivery import Delivery, with_effective_delivery
 from keel_stream.kernel.types import CommitRequest, Event, Submission
 from keel_stream.kernel.vocabulary import CommitClass, Kind
 from keel_stream.store.driver_errors import translated
-from keel_stream.store.protocol import ExternalMarkers, ExternalStatus
+from keel_stream.store.protocol import MAX_READ_LIMIT, ExternalMarkers, ExternalStatus
 from keel_stream.store.sqlfiles import query
 
 __all__ = ["MAX_READ_LIMIT", "PostgresLedger"]
 
-MAX_READ_LIMIT: Final = 1000
 _EXTERNAL: Final = "external"
 
 
@@ -136,17 +135,18 @@ class PostgresLedger:
     async def _check_fence(
         self, conn: asyncpg.Connection, commit: PreparedCommit, is_external: bool
     ) -> None:
-        assert commit.lease is not None
         if is_external:
             raise ExternalSession(f"session {commit.session_id!r} has no native owner")
         run = await conn.fetchrow(query("share_lock_run"), commit.tenant_id, commit.session_id)
+        lease = commit.lease
         if (
-            run is None
-            or run["lease_owner"] != commit.lease.owner
-            or run["lease_epoch"] != commit.lease.epoch
+            lease is None  # prepare() refused it already; kept so the check stands on its own
+            or run is None
+            or run["lease_owner"] != lease.owner
+            or run["lease_epoch"] != lease.epoch
         ):
             raise LeaseFenced(
-                f"lease {commit.lease.owner}@{commit.lease.epoch} does not hold session "
+                f"lease {lease and lease.owner}@{lease and lease.epoch} does not hold session "
                 f"{commit.session_id!r}"
             )
 

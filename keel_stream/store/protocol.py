@@ -1,14 +1,33 @@
-"""The store seam: what the rest of keel-stream asks of the ledger."""
+"""The store seam: what the rest of keel-stream asks of the ledger and of the run rows.
+
+Two adapters implement it: PostgreSQL (keel_stream.store.postgres, .runs) for every deployment,
+and memory (keel_stream.store.memory) for unit tests and embedding. One contract suite
+(tests/contract/) runs against both.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
+from typing import Final, Protocol
 
-from keel_stream.kernel.types import CommitRequest, Event, Submission
+from keel_stream.kernel.status import RunStatus
+from keel_stream.kernel.types import CommitRequest, Event, LeaseToken, Submission
 
-__all__ = ["ExternalMarkers", "ExternalStatus", "Ledger", "Metering"]
+__all__ = [
+    "MAX_READ_LIMIT",
+    "Claim",
+    "ExternalMarkers",
+    "ExternalStatus",
+    "Heartbeat",
+    "Ledger",
+    "Metering",
+    "Runs",
+    "Settlement",
+]
+
+MAX_READ_LIMIT: Final = 1000
+"""The most events one read returns."""
 
 
 class ExternalStatus(StrEnum):
@@ -61,4 +80,63 @@ class Ledger(Protocol):
 
     async def head(self, tenant_id: str, session_id: str) -> int:
         """The session's last committed seq (0 for an empty log)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A run this worker now owns, at an epoch no earlier owner can write with."""
+
+    tenant: str
+    session: str
+    lease: LeaseToken
+    attempts: int
+    """Attempts against the current budget; on a takeover, those of the attempt that died."""
+    max_attempts: int
+    read_watermark: int
+    taken_over: bool = False
+    """The previous owner's lease expired mid-attempt: that attempt must be settled first."""
+    cancel_requested: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    held: bool
+    """False once another worker took the run over (or it was settled): stop at once."""
+    cancel_requested: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """How an attempt settles: the policy's status for what it saw, and what it accounted for."""
+
+    status: RunStatus
+    read_watermark: int
+    accounted_through: int
+    """The highest seq the attempt read: an input after it was never presented."""
+    fresh_budget: bool
+
+
+class Runs(Protocol):
+    """The run rows, as one worker (its owner name and lease ttl) sees them."""
+
+    async def claim(self) -> Claim | None:
+        """A pending run, or a running one whose lease expired (a takeover); the epoch rises."""
+        ...
+
+    async def heartbeat(self, claim: Claim) -> Heartbeat:
+        """Extend the lease; held=False once another owner took it."""
+        ...
+
+    async def settle(self, claim: Claim, settlement: Settlement) -> RunStatus | None:
+        """Settle under the lease: the run's new status, or None if the lease was gone.
+        Input committed after `accounted_through` makes the run pending with a fresh budget."""
+        ...
+
+    async def release(self, claim: Claim) -> bool:
+        """A draining worker hands its attempt back unfinished: pending, not counted."""
+        ...
+
+    async def request_cancel(self, tenant: str, session: str) -> bool:
+        """Ask the owning worker to stop the running attempt; False if none is running."""
         ...

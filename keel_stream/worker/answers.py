@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from keel_stream.store.protocol import Claim
 from keel_stream.worker.partials import PartialsPublisher
 from keel_stream.worker.providers.base import (
     Finish,
@@ -19,7 +20,6 @@ from keel_stream.worker.providers.base import (
     TextDelta,
     ToolCall,
 )
-from keel_stream.worker.runs import Claim
 from keel_stream.worker.signals import Signals, Stopped, stream_unless_stopped
 from keel_stream.worker.tools import TOOLS
 

@@ -20,12 +20,11 @@ from typing import Any, Final
 from keel_stream.kernel import Event, InputLedger, Kind
 from keel_stream.kernel.validation import tool_call_blocks
 from keel_stream.logs import get_logger
-from keel_stream.store.postgres import PostgresLedger
+from keel_stream.store.protocol import Claim, Ledger, Runs
 from keel_stream.worker.answers import Answer, ask_model
 from keel_stream.worker.compaction import Compactor
 from keel_stream.worker.partials import PartialsPublisher
 from keel_stream.worker.providers.base import Provider
-from keel_stream.worker.runs import Claim, RunStore
 from keel_stream.worker.session_io import Fenced, SessionIO
 from keel_stream.worker.settling import AttemptRecord, AttemptResult, Settler
 from keel_stream.worker.signals import Signals, Stopped, unless_stopped
@@ -52,8 +51,8 @@ def _unanswered_calls(state: TranscriptState) -> list[Mapping[str, Any]]:
 class AgentLoop:
     def __init__(
         self,
-        ledger: PostgresLedger,
-        runs: RunStore,
+        ledger: Ledger,
+        runs: Runs,
         provider: Provider,
         partials: PartialsPublisher,
         max_turns: int = 8,

@@ -6,8 +6,7 @@ from typing import Any
 
 from keel_stream.errors import LeaseFenced
 from keel_stream.kernel import CommitRequest, Event, Kind
-from keel_stream.store.postgres import MAX_READ_LIMIT, PostgresLedger
-from keel_stream.worker.runs import Claim
+from keel_stream.store.protocol import MAX_READ_LIMIT, Claim, Ledger
 
 __all__ = ["Fenced", "SessionIO"]
 
@@ -17,7 +16,7 @@ class Fenced(Exception):
 
 
 class SessionIO:
-    def __init__(self, ledger: PostgresLedger, claim: Claim) -> None:
+    def __init__(self, ledger: Ledger, claim: Claim) -> None:
         self._ledger = ledger
         self.claim = claim
 

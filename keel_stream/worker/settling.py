@@ -17,7 +17,7 @@ from keel_stream.errors import KeelError
 from keel_stream.kernel import AttemptOutcome, Event, InputLedger, Kind, RunStatus, finish_status
 from keel_stream.kernel.status import fresh_budget
 from keel_stream.logs import get_logger
-from keel_stream.worker.runs import RunStore, Settlement
+from keel_stream.store.protocol import Runs, Settlement
 from keel_stream.worker.session_io import SessionIO
 
 __all__ = ["AttemptRecord", "AttemptResult", "Settler"]
@@ -84,7 +84,7 @@ def _recorded(summary: Mapping[str, Any]) -> AttemptRecord:
 
 
 class Settler:
-    def __init__(self, runs: RunStore, provider: str, model: str) -> None:
+    def __init__(self, runs: Runs, provider: str, model: str) -> None:
         self._runs = runs
         self._provider = provider
         self._model = model

@@ -19,13 +19,17 @@ from dataclasses import dataclass, field
 
 from keel_stream.errors import KeelError, StoreUnavailable
 from keel_stream.logs import get_logger
-from keel_stream.store.connect import create_pool
-from keel_stream.store.postgres import PostgresLedger
+from keel_stream.store.memory import MemoryStore
+from keel_stream.store.protocol import Claim, Runs
+from keel_stream.store.worker_store import (
+    WorkerStore,
+    memory_worker_store,
+    postgres_worker_store,
+)
 from keel_stream.worker.loop import AgentLoop, Signals
 from keel_stream.worker.partials import PartialsPublisher
 from keel_stream.worker.providers.base import Provider
 from keel_stream.worker.providers.fake import FakeProvider
-from keel_stream.worker.runs import Claim, RunStore
 from topics.catalog import PARTIALS
 
 __all__ = ["Worker", "WorkerConfig"]
@@ -58,55 +62,56 @@ class Worker:
         self._attempts: dict[asyncio.Task[None], Claim] = {}
         self._signals: dict[tuple[str, str], Signals] = {}
 
-    async def run(self, stop: asyncio.Event) -> None:
+    async def run(self, stop: asyncio.Event, memory: MemoryStore | None = None) -> None:
+        """Claim and run attempts until `stop`; on PostgreSQL, or on `memory` when given."""
         config = self._config
-        pool = await create_pool(config.database_url, min_size=1, max_size=config.slots + 2)
+        wake = asyncio.Event()
+        if memory is not None:
+            opened = memory_worker_store(
+                memory, config.owner, config.lease_ttl_s, wake.set, self._cancelled
+            )
+        else:
+            opened = postgres_worker_store(
+                config.database_url, config.owner, config.lease_ttl_s, config.slots + 2,
+                wake.set, self._cancelled,
+            )  # fmt: skip
+        async with opened as store:
+            await self._serve(store, wake, stop)
+
+    def _cancelled(self, tenant: str, session: str) -> None:
+        signals = self._signals.get((tenant, session))
+        if signals is not None:
+            signals.cancel.set()
+
+    async def _serve(self, store: WorkerStore, wake: asyncio.Event, stop: asyncio.Event) -> None:
+        config = self._config
         partials = PartialsPublisher(config.bootstrap, PARTIALS.full_name(config.topic_prefix))
         await partials.start()
-        runs = RunStore(pool, config.owner, config.lease_ttl_s)
         loop = AgentLoop(
-            PostgresLedger(pool), runs, config.provider, partials,
+            store.ledger, store.runs, config.provider, partials,
             config.max_turns, config.context_budget_chars,
         )  # fmt: skip
-        wake = asyncio.Event()
-
-        def on_commit(*_: object) -> None:
-            wake.set()
-
-        def on_cancel(_conn: object, _pid: int, _channel: str, payload: str) -> None:
-            tenant, _, session = payload.partition("/")
-            signals = self._signals.get((tenant, session))
-            if signals is not None:
-                signals.cancel.set()
-
-        listener = await pool.acquire()
-        await listener.add_listener("keel_commits", on_commit)
-        await listener.add_listener("keel_cancels", on_cancel)
         self._log.info("ready", slots=config.slots)
         try:
             while not stop.is_set():
                 claim = None
                 if len(self._attempts) < config.slots:
                     try:
-                        claim = await runs.claim()
+                        claim = await store.runs.claim()
                     except StoreUnavailable as exc:
                         self._log.warning("claim failed", error=str(exc))
                 if claim is not None:
-                    self._start(loop, runs, claim)
+                    self._start(loop, store.runs, claim)
                     continue
                 wake.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(_first(wake, stop), config.poll_s)
-            await self._drain(runs)
+            await self._drain(store.runs)
         finally:
-            await listener.remove_listener("keel_commits", on_commit)
-            await listener.remove_listener("keel_cancels", on_cancel)
-            await pool.release(listener)
             await partials.stop()
-            await pool.close()
             self._log.info("stopped")
 
-    def _start(self, loop: AgentLoop, runs: RunStore, claim: Claim) -> None:
+    def _start(self, loop: AgentLoop, runs: Runs, claim: Claim) -> None:
         self._log.info(
             "claimed", session=claim.session, epoch=claim.lease.epoch, attempt=claim.attempts
         )
@@ -119,9 +124,7 @@ class Worker:
         self._attempts[task] = claim
         task.add_done_callback(lambda t: self._attempts.pop(t, None))
 
-    async def _attempt(
-        self, loop: AgentLoop, runs: RunStore, claim: Claim, signals: Signals
-    ) -> None:
+    async def _attempt(self, loop: AgentLoop, runs: Runs, claim: Claim, signals: Signals) -> None:
         beating = asyncio.create_task(self._heartbeat(runs, claim, signals))
         try:
             result = await loop.run_attempt(claim, signals)
@@ -138,7 +141,7 @@ class Worker:
             if self._signals.get(key) is signals:
                 del self._signals[key]
 
-    async def _heartbeat(self, runs: RunStore, claim: Claim, signals: Signals) -> None:
+    async def _heartbeat(self, runs: Runs, claim: Claim, signals: Signals) -> None:
         while True:
             await asyncio.sleep(self._config.heartbeat_s)
             try:
@@ -151,7 +154,7 @@ class Worker:
             if beat.cancel_requested:
                 signals.cancel.set()
 
-    async def _drain(self, runs: RunStore) -> None:
+    async def _drain(self, runs: Runs) -> None:
         if not self._attempts:
             return
         self._log.info("draining", attempts=len(self._attempts))

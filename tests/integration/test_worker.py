@@ -12,7 +12,7 @@ import pytest
 from keel_stream.errors import LeaseFenced
 from keel_stream.kernel import CommitRequest, Event, LeaseToken, account_inputs
 from keel_stream.store import ExternalMarkers, PostgresLedger
-from keel_stream.worker.runs import RunStore
+from keel_stream.store.runs import PostgresRuns as RunStore
 from tests.support.kafka import KafkaServer
 from tests.support.wait import wait_until
 from tests.support.workers import (
@@ -328,14 +328,16 @@ async def test_input_committed_while_an_attempt_settles_is_not_left_behind(
     ledger: PostgresLedger, pool: asyncpg.Pool, session: tuple[str, str]
 ) -> None:
     from keel_stream.kernel import RunStatus
-    from keel_stream.worker.runs import Settlement
+    from keel_stream.store.protocol import Settlement
 
     await say(ledger, "first", "r1")
     runs = RunStore(pool, "w", 10)
     claim = await runs.claim()
     assert claim is not None
     await say(ledger, "arrived late", "r2")  # after the worker's last read of the log
-    settlement = Settlement(RunStatus.DONE, read_watermark=1, accounted_through=1, fresh_budget=True)
+    settlement = Settlement(
+        RunStatus.DONE, read_watermark=1, accounted_through=1, fresh_budget=True
+    )
     assert await runs.settle(claim, settlement) is RunStatus.PENDING
     assert await run_status(pool, "s1") == "pending", "the late input must get its run"
 

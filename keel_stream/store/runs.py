@@ -1,54 +1,21 @@
-"""The run row of a session: claims (with takeover), heartbeats, settling, release, cancel."""
+"""The run rows on PostgreSQL: claims (with takeover), heartbeats, settling, release, cancel."""
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import asyncpg
 
 from keel_stream.kernel.status import RunStatus
 from keel_stream.kernel.types import LeaseToken
 from keel_stream.store.driver_errors import translated
+from keel_stream.store.protocol import Claim, Heartbeat, Settlement
 from keel_stream.store.sqlfiles import query
 
-__all__ = ["Claim", "Heartbeat", "RunStore", "Settlement"]
+__all__ = ["PostgresRuns"]
 
 
-@dataclass(frozen=True, slots=True)
-class Claim:
-    """A run this worker now owns, at an epoch no earlier owner can write with."""
+class PostgresRuns:
+    """Implements keel_stream.store.protocol.Runs."""
 
-    tenant: str
-    session: str
-    lease: LeaseToken
-    attempts: int
-    """Attempts against the current budget; on a takeover, those of the attempt that died."""
-    max_attempts: int
-    read_watermark: int
-    taken_over: bool = False
-    """The previous owner's lease expired mid-attempt: that attempt must be settled first."""
-    cancel_requested: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Settlement:
-    """How an attempt settles: the policy's status for what it saw, and what it accounted for."""
-
-    status: RunStatus
-    read_watermark: int
-    accounted_through: int
-    """The highest seq the attempt read: an input after it was never presented."""
-    fresh_budget: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Heartbeat:
-    held: bool
-    """False once another worker took the run over (or it was settled): stop at once."""
-    cancel_requested: bool
-
-
-class RunStore:
     def __init__(self, pool: asyncpg.Pool, owner: str, lease_ttl_s: float) -> None:
         self._pool = pool
         self._owner = owner

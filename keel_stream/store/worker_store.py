@@ -1,0 +1,77 @@
+"""What a worker needs of the store: the ledger, its run rows, and wake-ups (a commit happened;
+a client asked to cancel a session's attempt), on PostgreSQL (LISTEN) or in memory."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+from keel_stream.store.connect import create_pool
+from keel_stream.store.driver_errors import translated
+from keel_stream.store.memory import MemoryStore
+from keel_stream.store.postgres import PostgresLedger
+from keel_stream.store.protocol import Ledger, Runs
+from keel_stream.store.runs import PostgresRuns
+
+__all__ = ["WorkerStore", "memory_worker_store", "postgres_worker_store"]
+
+OnCommit = Callable[[], None]
+OnCancel = Callable[[str, str], None]
+"""Called with (tenant, session)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerStore:
+    ledger: Ledger
+    runs: Runs
+
+
+@contextlib.asynccontextmanager
+async def postgres_worker_store(
+    database_url: str,
+    owner: str,
+    lease_ttl_s: float,
+    pool_size: int,
+    on_commit: OnCommit,
+    on_cancel: OnCancel,
+) -> AsyncIterator[WorkerStore]:
+    pool = await create_pool(database_url, min_size=1, max_size=pool_size)
+
+    def committed(*_: object) -> None:
+        on_commit()
+
+    def cancelled(_conn: object, _pid: int, _channel: str, payload: str) -> None:
+        tenant, _, session = payload.partition("/")
+        on_cancel(tenant, session)
+
+    try:
+        async with translated("listen"):
+            listener = await pool.acquire()
+            await listener.add_listener("keel_commits", committed)
+            await listener.add_listener("keel_cancels", cancelled)
+        try:
+            yield WorkerStore(PostgresLedger(pool), PostgresRuns(pool, owner, lease_ttl_s))
+        finally:
+            with contextlib.suppress(Exception):
+                await listener.remove_listener("keel_commits", committed)
+                await listener.remove_listener("keel_cancels", cancelled)
+            await pool.release(listener)
+    finally:
+        await pool.close()
+
+
+@contextlib.asynccontextmanager
+async def memory_worker_store(
+    store: MemoryStore, owner: str, lease_ttl_s: float, on_commit: OnCommit, on_cancel: OnCancel
+) -> AsyncIterator[WorkerStore]:
+    def committed(_event: object) -> None:
+        on_commit()
+
+    store.commit_listeners.append(committed)
+    store.cancel_listeners.append(on_cancel)
+    try:
+        yield WorkerStore(store, store.runs(owner, lease_ttl_s))
+    finally:
+        store.commit_listeners.remove(committed)
+        store.cancel_listeners.remove(on_cancel)
