@@ -12,24 +12,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
+from keel_stream.kernel.types import EventLike
+
 __all__ = ["EventLike", "Folded", "Projection", "SeqGap", "fold", "fresh", "step"]
 
 S = TypeVar("S")
-
-
-class EventLike(Protocol):
-    """The fields of a ledger event that folds read."""
-
-    @property
-    def tenant(self) -> str: ...
-    @property
-    def session(self) -> str: ...
-    @property
-    def seq(self) -> int: ...
-    @property
-    def kind(self) -> str: ...
-    @property
-    def payload(self) -> Mapping[str, Any]: ...
 
 
 E = TypeVar("E", bound=EventLike)

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
-from keel_stream.kernel.inputs import InputLedger
+from keel_stream.kernel.inputs import InputTally
 from keel_stream.kernel.vocabulary import Kind
 from projections.base import EventLike
 
@@ -24,7 +24,7 @@ class RunStatusState:
     stop_reason: str | None = None
     error: Any = None
     duration_ms: int | None = None
-    inputs: InputLedger = field(default_factory=InputLedger)
+    inputs: InputTally = field(default_factory=InputTally)
 
 
 class RunStatusProjection:
@@ -85,7 +85,7 @@ class RunStatusProjection:
             stop_reason=data.get("stopReason"),
             error=data.get("error"),
             duration_ms=data.get("durationMs"),
-            inputs=InputLedger(
+            inputs=InputTally(
                 inputs=tuple(ledger.get("inputs", ())),
                 answered=frozenset(ledger.get("answered", ())),
                 first_tracked=ledger.get("firstTracked"),

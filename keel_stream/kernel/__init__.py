@@ -5,12 +5,12 @@ from keel_stream.kernel.commits import PreparedCommit, check_identifier, prepare
 from keel_stream.kernel.delivery import Delivery, effective_delivery, with_effective_delivery
 from keel_stream.kernel.inputs import (
     InputAccount,
-    InputLedger,
+    InputTally,
     account_inputs,
     is_terminal_failure,
 )
 from keel_stream.kernel.status import AttemptOutcome, RunStatus, finish_status
-from keel_stream.kernel.types import CommitRequest, Event, LeaseToken, Submission
+from keel_stream.kernel.types import CommitRequest, Event, EventLike, LeaseToken, Submission
 from keel_stream.kernel.validation import validate_payload
 from keel_stream.kernel.vocabulary import (
     EDGE_KINDS,
@@ -18,6 +18,8 @@ from keel_stream.kernel.vocabulary import (
     CommitClass,
     Kind,
     KindSpec,
+    StateOwner,
+    StopReason,
     spec_for,
 )
 
@@ -29,13 +31,16 @@ __all__ = [
     "CommitRequest",
     "Delivery",
     "Event",
+    "EventLike",
     "InputAccount",
-    "InputLedger",
+    "InputTally",
     "Kind",
     "KindSpec",
     "LeaseToken",
     "PreparedCommit",
     "RunStatus",
+    "StateOwner",
+    "StopReason",
     "Submission",
     "account_inputs",
     "canonical_json",

@@ -11,32 +11,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
-from keel_stream.kernel.vocabulary import Kind
+from keel_stream.kernel.types import EventLike
+from keel_stream.kernel.vocabulary import Kind, StopReason
 
 __all__ = [
     "TERMINAL_FAILURE_STOP_REASONS",
     "InputAccount",
-    "InputLedger",
-    "LoggedEvent",
+    "InputTally",
     "account_inputs",
     "is_terminal_failure",
 ]
 
-TERMINAL_FAILURE_STOP_REASONS: Final = frozenset({"error", "aborted"})
-_TOOL_USE: Final = "tool_use"
-
-
-class LoggedEvent(Protocol):
-    """The part of a committed event that accounting reads."""
-
-    @property
-    def seq(self) -> int: ...
-    @property
-    def kind(self) -> str: ...
-    @property
-    def payload(self) -> Mapping[str, Any]: ...
+TERMINAL_FAILURE_STOP_REASONS: Final = frozenset({StopReason.ERROR, StopReason.ABORTED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,8 +50,9 @@ def is_terminal_failure(payload: Mapping[str, Any]) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
-class InputLedger:
-    """What accounting needs to remember of a log, folded one event at a time."""
+class InputTally:
+    """What input accounting remembers of a log, folded one event at a time (a tally kept
+    over the ledger, not the ledger itself)."""
 
     inputs: tuple[int, ...] = ()
     answered: frozenset[int] = frozenset()
@@ -74,11 +63,11 @@ class InputLedger:
     latest_stop: str | None = None
     latest_failed: bool = False
 
-    def observe(self, event: LoggedEvent) -> InputLedger:
+    def observe(self, event: EventLike) -> InputTally:
         """The ledger after one more event (in seq order)."""
         return self.observe_many((event,))
 
-    def observe_many(self, events: Iterable[LoggedEvent]) -> InputLedger:
+    def observe_many(self, events: Iterable[EventLike]) -> InputTally:
         """The ledger after several more events: observe() in a loop, without the copies."""
         inputs = list(self.inputs)
         answered = set(self.answered)
@@ -99,7 +88,7 @@ class InputLedger:
                     presented.update(s for s in seqs if isinstance(s, int))
                     if not failed:
                         answered.update(s for s in seqs if isinstance(s, int))
-        return InputLedger(
+        return InputTally(
             tuple(inputs), frozenset(answered), frozenset(presented), first, stop, failed
         )
 
@@ -113,11 +102,11 @@ class InputLedger:
             return legacy and seq <= read_watermark
 
         unanswered = tuple(s for s in self.inputs if not is_answered(s))
-        owed = self.latest_failed or self.latest_stop == _TOOL_USE
+        owed = self.latest_failed or self.latest_stop == StopReason.TOOL_USE
         unpresented = tuple(s for s in unanswered if s not in self.presented)
         return InputAccount(unanswered=unanswered, owed_turn=owed, unpresented=unpresented)
 
 
-def account_inputs(events: Iterable[LoggedEvent], read_watermark: int = 0) -> InputAccount:
+def account_inputs(events: Iterable[EventLike], read_watermark: int = 0) -> InputAccount:
     """Fold a session's log (in seq order) into its input account."""
-    return InputLedger().observe_many(events).account(read_watermark)
+    return InputTally().observe_many(events).account(read_watermark)

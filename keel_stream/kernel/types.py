@@ -2,12 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["CommitRequest", "Event", "LeaseToken", "Submission"]
+__all__ = ["CommitRequest", "Event", "EventLike", "LeaseToken", "Submission"]
+
+
+class EventLike(Protocol):
+    """The fields of a committed event that folds and accounting read. `Event` is the one event
+    type; this protocol lets a fold also take a lighter record decoded straight off a topic."""
+
+    @property
+    def tenant(self) -> str: ...
+    @property
+    def session(self) -> str: ...
+    @property
+    def seq(self) -> int: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def payload(self) -> Mapping[str, Any]: ...
 
 
 class _Frozen(BaseModel):

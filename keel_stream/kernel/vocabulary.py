@@ -19,6 +19,8 @@ __all__ = [
     "CommitClass",
     "Kind",
     "KindSpec",
+    "StateOwner",
+    "StopReason",
     "spec_for",
 ]
 
@@ -42,6 +44,27 @@ class CommitClass(StrEnum):
     OWNER = "owner-scoped"
     EDGE = "edge-scoped"
     EXTERNAL = "external-scoped"
+
+
+class StateOwner(StrEnum):
+    """Who owns a session's state: keel's own loop, or an external backend (seed §2)."""
+
+    KEEL = "keel"
+    EXTERNAL = "external"
+
+
+class StopReason(StrEnum):
+    """Why a model answer (assistant.message) or an attempt (run.finished) stopped."""
+
+    END_TURN = "end_turn"
+    TOOL_USE = "tool_use"
+    MAX_TOKENS = "max_tokens"
+    ERROR = "error"
+    """A terminal failure: answers nothing, never enters model context."""
+    ABORTED = "aborted"
+    """Cancelled: answers nothing, never enters model context."""
+    MAX_TURNS = "max_turns"
+    """The attempt hit its turn bound (run.finished only)."""
 
 
 @dataclass(frozen=True, slots=True)

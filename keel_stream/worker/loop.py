@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Final
 
-from keel_stream.kernel import Event, InputLedger, Kind
+from keel_stream.kernel import Event, InputTally, Kind
 from keel_stream.kernel.validation import tool_call_blocks
 from keel_stream.logs import get_logger
 from keel_stream.store.protocol import Claim, Ledger, Runs
@@ -93,7 +93,7 @@ class AgentLoop:
 
     async def _attempt(self, io: SessionIO, record: AttemptRecord, signals: Signals) -> None:
         history = await io.read_log()
-        if not InputLedger().observe_many(history).account(io.claim.read_watermark).needs_turn:
+        if not InputTally().observe_many(history).account(io.claim.read_watermark).needs_turn:
             return  # Nothing owed (a race with an answer): settled done, with its summary.
         transcript = TRANSCRIPT.apply_many(TRANSCRIPT.initial(), history)
         seen = history[-1].seq if history else 0

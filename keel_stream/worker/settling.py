@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from keel_stream.errors import KeelError
-from keel_stream.kernel import AttemptOutcome, Event, InputLedger, Kind, RunStatus, finish_status
+from keel_stream.kernel import AttemptOutcome, Event, InputTally, Kind, RunStatus, finish_status
 from keel_stream.kernel.status import fresh_budget
 from keel_stream.logs import get_logger
 from keel_stream.store.protocol import Runs, Settlement
@@ -111,7 +111,7 @@ class Settler:
         self, io: SessionIO, record: AttemptRecord, log: list[Event], *, summarise: bool
     ) -> AttemptResult:
         claim = io.claim
-        inputs = InputLedger().observe_many(log)
+        inputs = InputTally().observe_many(log)
         account = inputs.account(claim.read_watermark)
         outcome = AttemptOutcome(
             cancelled=record.cancelled,
