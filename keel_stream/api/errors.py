@@ -12,7 +12,17 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from keel_stream import errors
 
-__all__ = ["ErrorBody", "ErrorDetail", "Unauthorized", "install_error_handlers", "status_for"]
+__all__ = [
+    "HTTP_ERROR_CODES",
+    "REQUEST_ERROR_CODES",
+    "ErrorBody",
+    "ErrorDetail",
+    "NoRunningAttempt",
+    "Unauthorized",
+    "install_error_handlers",
+    "status_for",
+    "status_of",
+]
 
 
 class ErrorDetail(BaseModel):
@@ -51,11 +61,25 @@ _STATUS: Final[tuple[tuple[type[errors.KeelError], int], ...]] = (
 )
 
 
-def status_for(error: errors.KeelError) -> int:
-    for cls, status in _STATUS:
-        if isinstance(error, cls):
+_HTTP_CODES: Final = {404: "not_found", 405: "method_not_allowed"}
+_HTTP_OTHER: Final = "http_error"
+_INTERNAL: Final = "internal_error"
+HTTP_ERROR_CODES: Final = frozenset({*_HTTP_CODES.values(), _HTTP_OTHER, _INTERNAL})
+"""Codes of errors raised by the HTTP layer itself (no such route, wrong method, a fault)."""
+REQUEST_ERROR_CODES: Final = frozenset({errors.InvalidRequest.code})
+"""The code of a request that fails the OpenAPI schema (query, path, header or body)."""
+
+
+def status_of(cls: type[errors.KeelError]) -> int:
+    """The HTTP status of an error class."""
+    for base, status in _STATUS:
+        if issubclass(cls, base):
             return status
     return 500
+
+
+def status_for(error: errors.KeelError) -> int:
+    return status_of(type(error))
 
 
 def _body(code: str, message: str, retriable: bool = False) -> dict[str, object]:
@@ -77,9 +101,14 @@ def install_error_handlers(app: FastAPI) -> None:
         first = exc.errors()[0] if exc.errors() else {}
         where = ".".join(str(p) for p in first.get("loc", ()))
         message = f"{where}: {first.get('msg', 'invalid request')}"
-        return JSONResponse(_body("invalid_request", message), status_code=400)
+        return JSONResponse(_body(errors.InvalidRequest.code, message), status_code=400)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        code = _HTTP_CODES.get(exc.status_code, _HTTP_OTHER)
         return JSONResponse(_body(code, str(exc.detail)), status_code=exc.status_code)
+
+    @app.exception_handler(Exception)
+    async def fault(request: Request, exc: Exception) -> JSONResponse:
+        # A bug, not a client error: the same body shape, no details (the log has them).
+        return JSONResponse(_body(_INTERNAL, "internal server error"), status_code=500)

@@ -69,6 +69,8 @@ class LiveHub:
         self._relisten: asyncio.Task[None] | None = None
         self._log = get_logger("api.hub")
         self.kafka_connected = False
+        self.partials_live = False
+        """The consumer is connected and reads keel.partials.v1: partial frames can flow."""
 
     async def start(self) -> None:
         await self._listen()
@@ -103,6 +105,7 @@ class LiveHub:
             self._kafka_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._kafka_task
+            self.kafka_connected = self.partials_live = False
         if self._listener is not None:
             listener, self._listener = self._listener, None
             with contextlib.suppress(Exception):
@@ -159,6 +162,7 @@ class LiveHub:
                 consumer.assign(partitions)
                 await consumer.seek_to_end(*partitions)
                 self.kafka_connected = True
+                self.partials_live = any(tp.topic == self._partials_topic for tp in partitions)
                 backoff.reset()
                 while True:
                     for tp, records in (await consumer.getmany(timeout_ms=500)).items():
@@ -168,7 +172,7 @@ class LiveHub:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - live frames fall back to NOTIFY meanwhile
-                self.kafka_connected = False
+                self.kafka_connected = self.partials_live = False
                 self._log.warning("kafka live source unavailable", error=repr(exc))
                 await asyncio.sleep(backoff.next_delay())
             finally:

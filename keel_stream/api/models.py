@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 __all__ = [
+    "EVENT_REQUEST_SCHEMA",
+    "INPUT_BODY_SCHEMA",
     "Capabilities",
     "CreateSession",
     "EventPage",
     "EventRequest",
-    "InputRequest",
     "ReadModel",
     "RunQueued",
     "SessionPage",
@@ -65,20 +66,44 @@ class SessionPage(_Wire):
     next_cursor: str | None = Field(alias="nextCursor")
 
 
-class InputRequest(_Wire):
-    """A user message. Unknown fields are kept in the payload (metadata)."""
+_USER_MESSAGE_FIELDS: Final[dict[str, Any]] = {
+    "text": {"type": "string", "description": "The message."},
+    "requestId": {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": 256,
+        "description": "The idempotency key; generated (and returned) when absent.",
+    },
+    "delivery": {
+        "type": "string",
+        "enum": ["queue", "guide"],
+        "description": "queue (absent means queue) or guide; guide degrades to queue when no "
+        "attempt is running, and the written event says queue.",
+    },
+    "selection": {"type": "object", "additionalProperties": True},
+    "retryOf": {"type": "integer", "minimum": 0},
+}
 
-    model_config = ConfigDict(extra="allow")
-    text: str | None = None
-    request_id: str | None = Field(None, alias="requestId", min_length=1, max_length=256)
-    delivery: Literal["queue", "guide"] | None = None
+INPUT_BODY_SCHEMA: Final[dict[str, Any]] = {
+    "title": "InputBody",
+    "description": "A user.message payload. The kernel validates it (each rule answers 400 with "
+    "its own code); any other field is stored exactly as sent, null values included.",
+    "type": "object",
+    "properties": _USER_MESSAGE_FIELDS,
+    "additionalProperties": True,
+}
 
 
 class EventRequest(_Wire):
+    """An edge event: the envelope is checked here, the payload by the kernel (rule codes)."""
+
     model_config = ConfigDict(extra="forbid")
     kind: str
-    payload: dict[str, Any] = Field(default_factory=dict)
+    payload: Annotated[Any, WithJsonSchema(INPUT_BODY_SCHEMA)] = Field(default_factory=dict)
     request_id: str | None = Field(None, alias="requestId", min_length=1, max_length=256)
+
+
+EVENT_REQUEST_SCHEMA: Final[dict[str, Any]] = EventRequest.model_json_schema(by_alias=True)
 
 
 class SubmissionView(_Wire):
@@ -104,7 +129,14 @@ class EventPage(_Wire):
 
 
 class RunQueued(_Wire):
-    status: str
+    """What POST /run did: queued a run (202), or not, and why (200)."""
+
+    queued: bool
+    reason: Literal["nothing_owed", "already_running"] | None = None
+    """Null when queued; nothing_owed: no unanswered input and no owed turn; already_running:
+    an attempt is running (it answers what is owed)."""
+    status: str | None
+    """The run's status after the call (null: the session never had a run)."""
 
 
 class CancelView(_Wire):

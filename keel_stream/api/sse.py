@@ -6,12 +6,17 @@ announced it: frames from Kafka are used when they are the next seq, anything el
 ledger after the cursor. `event: partial` frames (with `partials=1`) carry no id and are never
 replayed. When the api drains (SIGTERM), the stream first sends what it has not sent, then
 `event: drain` with `{"retry_after_ms": 3000}`, and ends.
+
+Partials never trail: once a stream has sent a generation's committed assistant.message, it
+drops that generation's partials (they travel through Kafka and can arrive after the commit's
+NOTIFY; the complete message is already on the stream).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, Final
 
 import orjson
@@ -21,9 +26,40 @@ from keel_stream.api.hub import Frame, LiveHub, Partial, Wake
 from keel_stream.kernel.types import Event
 from keel_stream.store.postgres import MAX_READ_LIMIT, PostgresLedger
 
-__all__ = ["DRAIN_RETRY_MS", "session_stream"]
+__all__ = ["DRAIN_RETRY_MS", "SENT_GENERATIONS_KEPT", "SentGenerations", "session_stream"]
 
 DRAIN_RETRY_MS: Final = 3000
+SENT_GENERATIONS_KEPT: Final = 256
+_ANSWER: Final = "assistant.message"
+
+
+class SentGenerations:
+    """The generationIds of the assistant.message frames a stream has sent (the newest
+    `limit` of them): a partial of one of those generations would trail its committed message."""
+
+    def __init__(self, limit: int = SENT_GENERATIONS_KEPT) -> None:
+        self._limit = limit
+        self._ids: OrderedDict[str, None] = OrderedDict()
+
+    def sent(self, kind: str, payload: Mapping[str, Any]) -> None:
+        """Note a committed frame as it is sent (only assistant.message counts)."""
+        generation = payload.get("generationId")
+        if kind != _ANSWER or not isinstance(generation, str):
+            return
+        self._ids[generation] = None
+        self._ids.move_to_end(generation)
+        while len(self._ids) > self._limit:
+            self._ids.popitem(last=False)
+
+    def admits(self, partial: Mapping[str, Any]) -> bool:
+        """Whether a partial frame may still be sent: its generation is not yet committed here."""
+        generation = partial.get("generationId")
+        return not (isinstance(generation, str) and generation in self._ids)
+
+
+def _payload_of(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    payload = data.get("payload")
+    return payload if isinstance(payload, Mapping) else {}
 
 
 def _event_frame(seq: int, kind: str, data: dict[str, Any]) -> bytes:
@@ -32,6 +68,46 @@ def _event_frame(seq: int, kind: str, data: dict[str, Any]) -> bytes:
 
 def _from_ledger(event: Event) -> bytes:
     return _event_frame(event.seq, event.kind, event.model_dump(mode="json"))
+
+
+class _Stream:
+    """The state of one stream: the cursor (the last seq sent) and the answers sent."""
+
+    def __init__(self, ledger: PostgresLedger, tenant: str, session: str, after: int) -> None:
+        self._ledger = ledger
+        self._tenant = tenant
+        self._session = session
+        self.cursor = after
+        self.answered = SentGenerations()
+
+    async def catch_up(self) -> AsyncIterator[bytes]:
+        """Every committed event after the cursor, from the ledger."""
+        while True:
+            page = await self._ledger.read_events(
+                self._tenant, self._session, after=self.cursor, limit=MAX_READ_LIMIT
+            )
+            for event in page:
+                self.answered.sent(event.kind, event.payload)
+                yield _from_ledger(event)
+                self.cursor = event.seq
+            if len(page) < MAX_READ_LIMIT:
+                return
+
+    async def on_signal(self, signal: Wake | Frame | Partial) -> AsyncIterator[bytes]:
+        """The frames a live signal makes due: a partial still current, the next frame, or
+        (for anything newer than the next seq) a catch-up from the ledger."""
+        if isinstance(signal, Partial):
+            if self.answered.admits(signal.data):
+                yield ServerSentEvent(
+                    data=orjson.dumps(signal.data).decode(), event="partial"
+                ).encode()
+        elif isinstance(signal, Frame) and signal.seq == self.cursor + 1:
+            self.answered.sent(signal.kind, _payload_of(signal.data))
+            yield _event_frame(signal.seq, signal.kind, signal.data)
+            self.cursor = signal.seq
+        elif signal.seq > self.cursor:
+            async for chunk in self.catch_up():
+                yield chunk
 
 
 async def session_stream(
@@ -46,21 +122,10 @@ async def session_stream(
     heartbeat_s: float = 15.0,
 ) -> AsyncIterator[bytes]:
     subscription = hub.subscribe(tenant, session, partials)
-    cursor = after
-
-    async def catch_up() -> AsyncIterator[bytes]:
-        nonlocal cursor
-        while True:
-            page = await ledger.read_events(tenant, session, after=cursor, limit=MAX_READ_LIMIT)
-            for event in page:
-                yield _from_ledger(event)
-                cursor = event.seq
-            if len(page) < MAX_READ_LIMIT:
-                return
-
+    stream = _Stream(ledger, tenant, session, after)
     drain = asyncio.create_task(draining.wait())
     try:
-        async for chunk in catch_up():
+        async for chunk in stream.catch_up():
             yield chunk
         while True:
             item = asyncio.create_task(subscription.queue.get())
@@ -69,7 +134,7 @@ async def session_stream(
             )
             if drain in done:
                 item.cancel()
-                async for chunk in catch_up():
+                async for chunk in stream.catch_up():
                     yield chunk
                 yield ServerSentEvent(
                     data=orjson.dumps({"retry_after_ms": DRAIN_RETRY_MS}).decode(), event="drain"
@@ -79,21 +144,12 @@ async def session_stream(
                 item.cancel()
                 # The backstop: a missed wake-up (say, a lost LISTEN connection) costs at most
                 # one heartbeat interval, never an event.
-                async for chunk in catch_up():
+                async for chunk in stream.catch_up():
                     yield chunk
                 yield ServerSentEvent(comment="heartbeat").encode()
                 continue
-            signal = item.result()
-            if isinstance(signal, Partial):
-                yield ServerSentEvent(
-                    data=orjson.dumps(signal.data).decode(), event="partial"
-                ).encode()
-            elif isinstance(signal, Frame) and signal.seq == cursor + 1:
-                yield _event_frame(signal.seq, signal.kind, signal.data)
-                cursor = signal.seq
-            elif isinstance(signal, Frame | Wake) and signal.seq > cursor:
-                async for chunk in catch_up():
-                    yield chunk
+            async for chunk in stream.on_signal(item.result()):
+                yield chunk
     finally:
         drain.cancel()
         hub.unsubscribe(subscription)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import asyncpg
 import httpx
 import pytest
 
+import keel_stream.store
 from keel_stream.api.keys import KeyStore
 from keel_stream.kafka.broker import EmbeddedBroker
 from keel_stream.kernel import CommitRequest
@@ -42,10 +44,11 @@ async def test_capabilities(api: Api) -> None:
         body = (await client.get("/v1/capabilities")).json()
     assert body["apiVersion"] == "v1"
     assert body["serviceVersion"].startswith("keel-stream/")
-    assert body["features"]["partials"] is True
     assert body["features"]["sessions.list"] is True
+    assert body["features"]["subagents"] is False
     assert body["limits"]["sessionsPageDefault"] == 50
     assert body["limits"]["sessionsPageMax"] == 200
+    assert "subagentsPageMax" not in body["limits"], "no subagents in this build"
 
 
 async def test_missing_bad_and_revoked_keys_are_401(api: Api, pool: asyncpg.Pool) -> None:
@@ -125,9 +128,13 @@ async def test_input_is_idempotent_by_request_id(api: Api) -> None:
             f"/v1/sessions/{sid}/input", json={"text": "now", "delivery": "guide"}
         )
         assert degraded.json()["delivery"] == "queue", "no active attempt: guide degrades"
-        for bad in ({"delivery": "later"}, {"text": 5}, {"requestId": ""}):
+        for bad, code in (
+            ({"delivery": "later"}, "delivery_invalid"),
+            ({"text": 5}, "text_not_string"),
+            ({"requestId": ""}, "invalid_identifier"),
+        ):
             response = await client.post(f"/v1/sessions/{sid}/input", json=bad)
-            assert (response.status_code, error_code(response)) == (400, "invalid_request")
+            assert (response.status_code, error_code(response)) == (400, code)
         not_json = await client.post(
             f"/v1/sessions/{sid}/input",
             content=b"{oops",
@@ -169,8 +176,17 @@ async def test_run_and_cancel(api: Api, ledger: PostgresLedger) -> None:
     await ledger.create_session("acme", "ext", external=ExternalMarkers(backend="dsh", ref="r"))
     async with api.client() as client:
         sid = await session_id(client)
+        idle = await client.post(f"/v1/sessions/{sid}/run")
+        assert (idle.status_code, idle.json()) == (
+            200,
+            {"queued": False, "reason": "nothing_owed", "status": None},
+        )
+        await client.post(f"/v1/sessions/{sid}/input", json={"text": "x"})
         queued = await client.post(f"/v1/sessions/{sid}/run")
-        assert (queued.status_code, queued.json()["status"]) == (202, "pending")
+        assert (queued.status_code, queued.json()) == (
+            202,
+            {"queued": True, "reason": None, "status": "pending"},
+        )
         refused = await client.post("/v1/sessions/ext/run")
         assert (refused.status_code, error_code(refused)) == (409, "external_session")
         edge = await client.post("/v1/sessions/ext/input", json={"text": "x"})
@@ -196,10 +212,15 @@ async def test_health_ready_metrics(api: Api) -> None:
     async with httpx.AsyncClient(base_url=api.url) as client:
         assert (await client.get("/healthz")).json() == {"status": "ok"}
         ready = (await client.get("/readyz")).json()
-        assert (ready["status"], ready["schemaVersion"]) == ("ready", 14)
+        assert (ready["status"], ready["schemaVersion"]) == ("ready", _latest_migration())
         metrics = await client.get("/metrics")
         assert "keel_api_sse_streams" in metrics.text
         assert (await client.get("/openapi.json")).json()["info"]["title"]
+
+
+def _latest_migration() -> int:
+    migrations = Path(keel_stream.store.__file__).parent / "sql" / "migrations"
+    return max(int(p.name.split("_", 1)[0]) for p in migrations.glob("*.sql"))
 
 
 async def collect_frames(frames: AsyncIterator[SseFrame], count: int) -> list[SseFrame]:

@@ -1,0 +1,129 @@
+"""What the routes share: the process's services, the request's tenant, the session row."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Final
+
+import asyncpg
+from fastapi import Depends, Header, Request
+
+from keel_stream.api.errors import ErrorBody, Unauthorized
+from keel_stream.api.hub import LiveHub
+from keel_stream.api.keys import KeyStore
+from keel_stream.api.models import ExternalView, RunView, SessionView
+from keel_stream.errors import SessionNotFound
+from keel_stream.kernel import check_identifier
+from keel_stream.readmodels import ReadModels
+from keel_stream.store import PostgresLedger
+from keel_stream.store.driver_errors import translated
+from keel_stream.store.runs import PostgresRuns
+from keel_stream.store.sqlfiles import query
+
+__all__ = [
+    "ERRORS",
+    "ApiConfig",
+    "Config",
+    "Services",
+    "Svc",
+    "Tenant",
+    "config_of",
+    "services_of",
+    "session_row",
+    "session_view",
+    "tenant_of",
+]
+
+ERRORS: Final[dict[int | str, dict[str, Any]]] = {
+    400: {"model": ErrorBody},
+    401: {"model": ErrorBody},
+    404: {"model": ErrorBody},
+    409: {"model": ErrorBody},
+    503: {"model": ErrorBody},
+}
+
+
+@dataclass
+class ApiConfig:
+    database_url: str
+    bootstrap: str | None = None
+    topic_prefix: str = ""
+    heartbeat_s: float = 15.0
+    draining: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when the process drains (SIGTERM): streams send what is unread, then `drain`."""
+
+
+@dataclass
+class Services:
+    """Everything a request may use, created once per process by the app's lifespan."""
+
+    pool: asyncpg.Pool
+    ledger: PostgresLedger
+    keys: KeyStore
+    models: ReadModels
+    runs: PostgresRuns
+    hub: LiveHub
+
+
+def services_of(request: Request) -> Services:
+    services: Services = request.app.state.services
+    return services
+
+
+Svc = Annotated[Services, Depends(services_of)]
+
+
+def config_of(request: Request) -> ApiConfig:
+    config: ApiConfig = request.app.state.config
+    return config
+
+
+Config = Annotated[ApiConfig, Depends(config_of)]
+
+
+async def tenant_of(request: Request, authorization: Annotated[str | None, Header()] = None) -> str:
+    """The tenant of the request's API key (`Authorization: Bearer <key>`)."""
+    scheme, _, key = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not key:
+        raise Unauthorized("send Authorization: Bearer <api key>")
+    tenant = await services_of(request).keys.tenant_for(key.strip())
+    if tenant is None:
+        raise Unauthorized("unknown or revoked API key")
+    return tenant
+
+
+Tenant = Annotated[str, Depends(tenant_of)]
+
+
+async def session_row(services: Services, tenant: str, session_id: str) -> asyncpg.Record:
+    """The session with its run row's status (SessionNotFound for another tenant's too)."""
+    check_identifier(session_id, "session")
+    async with translated("read session"):
+        row = await services.pool.fetchrow(query("get_session"), tenant, session_id)
+    if row is None:
+        raise SessionNotFound(f"session {session_id!r} not found")
+    return row
+
+
+def session_view(row: asyncpg.Record) -> SessionView:
+    external = None
+    if row["state_owner"] == "external":
+        external = ExternalView(
+            backend=row["external_backend"],
+            ref=row["external_ref"],
+            status=row["external_status"],
+            metering=row["metering"],
+        )
+    return SessionView(
+        id=row["session_id"],
+        last_seq=row["last_seq"],
+        state_owner=row["state_owner"],
+        created_at=row["created_at"],
+        run=RunView(
+            status=row["run_status"],
+            attempts=row.get("attempts") if "attempts" in row else None,
+            epoch=row.get("lease_epoch") if "lease_epoch" in row else None,
+        ),
+        external=external,
+    )

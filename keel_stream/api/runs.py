@@ -1,0 +1,96 @@
+"""Runs through the API: `POST /run` (queue one when the session owes a turn) and `POST /cancel`.
+
+`POST /run` answers what it did. A run is queued only when the session owes one: an input no
+completed answer has consumed, or an owed turn (the latest answer failed or asked for tools),
+judged by the kernel's input accounting over the session's log. A run queued with nothing owed
+would only settle without a summary.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from fastapi import APIRouter, Response
+
+from keel_stream.api.deps import ERRORS, Services, Svc, Tenant, session_row
+from keel_stream.api.errors import NoRunningAttempt
+from keel_stream.api.models import CancelView, RunQueued
+from keel_stream.errors import ExternalSession
+from keel_stream.kernel import InputAccount, InputTally
+from keel_stream.store import MAX_READ_LIMIT
+from keel_stream.store.driver_errors import translated
+from keel_stream.store.sqlfiles import query
+
+__all__ = ["input_account", "router"]
+
+router = APIRouter(tags=["v1"])
+
+_RUN_ROW: Final = """
+SELECT status, read_watermark FROM runs WHERE tenant_id = $1 AND session_id = $2
+"""
+_RUNNING: Final = "running"
+
+
+async def input_account(
+    services: Services, tenant: str, session_id: str, read_watermark: int
+) -> InputAccount:
+    """The session's input account, folded over its whole log page by page."""
+    inputs = InputTally()
+    after = 0
+    while True:
+        page = await services.ledger.read_events(
+            tenant, session_id, after=after, limit=MAX_READ_LIMIT
+        )
+        inputs = inputs.observe_many(page)
+        if len(page) < MAX_READ_LIMIT:
+            return inputs.account(read_watermark)
+        after = page[-1].seq
+
+
+async def _request_run(services: Services, tenant: str, session_id: str) -> RunQueued:
+    row = await session_row(services, tenant, session_id)
+    if row["state_owner"] == "external":
+        raise ExternalSession(f"session {session_id!r} is owned externally")
+    async with translated("read run"):
+        run = await services.pool.fetchrow(_RUN_ROW, tenant, session_id)
+    status = None if run is None else str(run["status"])
+    if status == _RUNNING:
+        return RunQueued(queued=False, reason="already_running", status=status)
+    account = await input_account(
+        services, tenant, session_id, 0 if run is None else int(run["read_watermark"])
+    )
+    if not account.needs_turn:
+        return RunQueued(queued=False, reason="nothing_owed", status=status)
+    async with translated("queue run"):
+        queued = await services.pool.fetchval(query("queue_run"), tenant, session_id)
+    return RunQueued(queued=True, reason=None, status=str(queued))
+
+
+@router.post(
+    "/v1/sessions/{session_id}/run",
+    status_code=202,
+    response_model=RunQueued,
+    responses={
+        **ERRORS,
+        200: {"model": RunQueued, "description": "Not queued: nothing owed or already running"},
+    },
+)
+async def queue_run(
+    services: Svc, tenant: Tenant, session_id: str, response: Response
+) -> RunQueued:
+    """Queue a run without new input when the session owes one (202, `queued: true`); else
+    200 with `queued: false` and the reason: `nothing_owed` (no unanswered input, no owed
+    turn) or `already_running`. Refused (409) for an external session."""
+    answer = await _request_run(services, tenant, session_id)
+    if not answer.queued:
+        response.status_code = 200
+    return answer
+
+
+@router.post("/v1/sessions/{session_id}/cancel", response_model=CancelView, responses=ERRORS)
+async def cancel(services: Svc, tenant: Tenant, session_id: str) -> CancelView:
+    """Stop the running attempt (its input stays unanswered for the next run)."""
+    await session_row(services, tenant, session_id)
+    if not await services.runs.request_cancel(tenant, session_id):
+        raise NoRunningAttempt(f"session {session_id!r} has no running attempt")
+    return CancelView(cancel_requested=True)

@@ -1,0 +1,49 @@
+"""Sessions: open one, list the tenant's, read one."""
+
+from __future__ import annotations
+
+from typing import Annotated, Final
+
+from fastapi import APIRouter, Query
+
+from keel_stream.api.deps import ERRORS, Svc, Tenant, session_row, session_view
+from keel_stream.api.models import CreateSession, SessionPage, SessionView
+from keel_stream.store.driver_errors import translated
+from keel_stream.store.sqlfiles import query
+
+__all__ = ["SESSIONS_PAGE_DEFAULT", "SESSIONS_PAGE_MAX", "router"]
+
+SESSIONS_PAGE_DEFAULT: Final = 50
+SESSIONS_PAGE_MAX: Final = 200
+_CURSOR: Final = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
+
+router = APIRouter(tags=["v1"])
+
+
+@router.post("/v1/sessions", status_code=201, response_model=SessionView, responses=ERRORS)
+async def create_session(
+    services: Svc, tenant: Tenant, body: CreateSession | None = None
+) -> SessionView:
+    """Open a native session (the id is generated unless given)."""
+    session_id = await services.ledger.create_session(tenant, body.id if body else None)
+    return session_view(await session_row(services, tenant, session_id))
+
+
+@router.get("/v1/sessions", response_model=SessionPage, responses=ERRORS)
+async def list_sessions(
+    services: Svc,
+    tenant: Tenant,
+    limit: Annotated[int, Query(ge=1, le=SESSIONS_PAGE_MAX)] = SESSIONS_PAGE_DEFAULT,
+    cursor: Annotated[str | None, Query(max_length=128, pattern=_CURSOR)] = None,
+) -> SessionPage:
+    """The tenant's sessions by id; pass nextCursor as cursor for the next page."""
+    async with translated("list sessions"):
+        rows = await services.pool.fetch(query("list_sessions"), tenant, cursor, limit + 1)
+    page = [session_view(r) for r in rows[:limit]]
+    more = len(rows) > limit
+    return SessionPage(sessions=page, next_cursor=page[-1].id if more and page else None)
+
+
+@router.get("/v1/sessions/{session_id}", response_model=SessionView, responses=ERRORS)
+async def get_session(services: Svc, tenant: Tenant, session_id: str) -> SessionView:
+    return session_view(await session_row(services, tenant, session_id))
