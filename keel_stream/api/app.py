@@ -16,10 +16,11 @@ from keel_stream.api import ops, reads, runs, sessions, submissions
 from keel_stream.api.deps import ApiConfig, Services
 from keel_stream.api.errors import install_error_handlers
 from keel_stream.api.hub import LiveHub
-from keel_stream.api.keys import KeyStore
 from keel_stream.readmodels import ReadModels
 from keel_stream.store import PostgresLedger, create_pool
+from keel_stream.store.keys import KeyStore
 from keel_stream.store.runs import PostgresRuns
+from keel_stream.store.sessions import PostgresSessions
 
 __all__ = ["ApiConfig", "create_app"]
 
@@ -33,7 +34,12 @@ def create_app(config: ApiConfig) -> FastAPI:
         await hub.start()
         await models.start()
         app.state.services = Services(
-            pool, PostgresLedger(pool), KeyStore(pool), models, PostgresRuns(pool, "api", 1), hub
+            ledger=PostgresLedger(pool),
+            sessions=PostgresSessions(pool),
+            keys=KeyStore(pool),
+            models=models,
+            runs=PostgresRuns(pool, "api", 1),
+            hub=hub,
         )
         try:
             yield

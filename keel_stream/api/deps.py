@@ -6,20 +6,18 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Final
 
-import asyncpg
 from fastapi import Depends, Header, Request
 
 from keel_stream.api.errors import ErrorBody, Unauthorized
 from keel_stream.api.hub import LiveHub
-from keel_stream.api.keys import KeyStore
 from keel_stream.api.models import ExternalView, RunView, SessionView
 from keel_stream.errors import SessionNotFound
-from keel_stream.kernel import check_identifier
+from keel_stream.kernel import StateOwner, check_identifier
 from keel_stream.readmodels import ReadModels
 from keel_stream.store import PostgresLedger
-from keel_stream.store.driver_errors import translated
+from keel_stream.store.keys import KeyStore
 from keel_stream.store.runs import PostgresRuns
-from keel_stream.store.sqlfiles import query
+from keel_stream.store.sessions import PostgresSessions, SessionRecord
 
 __all__ = [
     "ERRORS",
@@ -58,8 +56,8 @@ class ApiConfig:
 class Services:
     """Everything a request may use, created once per process by the app's lifespan."""
 
-    pool: asyncpg.Pool
     ledger: PostgresLedger
+    sessions: PostgresSessions
     keys: KeyStore
     models: ReadModels
     runs: PostgresRuns
@@ -96,34 +94,29 @@ async def tenant_of(request: Request, authorization: Annotated[str | None, Heade
 Tenant = Annotated[str, Depends(tenant_of)]
 
 
-async def session_row(services: Services, tenant: str, session_id: str) -> asyncpg.Record:
+async def session_row(services: Services, tenant: str, session_id: str) -> SessionRecord:
     """The session with its run row's status (SessionNotFound for another tenant's too)."""
     check_identifier(session_id, "session")
-    async with translated("read session"):
-        row = await services.pool.fetchrow(query("get_session"), tenant, session_id)
-    if row is None:
+    record = await services.sessions.get(tenant, session_id)
+    if record is None:
         raise SessionNotFound(f"session {session_id!r} not found")
-    return row
+    return record
 
 
-def session_view(row: asyncpg.Record) -> SessionView:
+def session_view(record: SessionRecord) -> SessionView:
     external = None
-    if row["state_owner"] == "external":
+    if record.state_owner == StateOwner.EXTERNAL:
         external = ExternalView(
-            backend=row["external_backend"],
-            ref=row["external_ref"],
-            status=row["external_status"],
-            metering=row["metering"],
+            backend=record.external_backend,
+            ref=record.external_ref,
+            status=record.external_status,
+            metering=record.metering,
         )
     return SessionView(
-        id=row["session_id"],
-        last_seq=row["last_seq"],
-        state_owner=row["state_owner"],
-        created_at=row["created_at"],
-        run=RunView(
-            status=row["run_status"],
-            attempts=row.get("attempts") if "attempts" in row else None,
-            epoch=row.get("lease_epoch") if "lease_epoch" in row else None,
-        ),
+        id=record.session_id,
+        last_seq=record.last_seq,
+        state_owner=record.state_owner,
+        created_at=record.created_at,
+        run=RunView(status=record.run_status, attempts=record.attempts, epoch=record.lease_epoch),
         external=external,
     )

@@ -13,12 +13,13 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
-import asyncpg
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from keel_stream.backoff import Backoff
 from keel_stream.logs import get_logger
-from keel_stream.relay.backoff import Backoff
+from keel_stream.store.connect import Pool
+from keel_stream.store.notifications import Listener
 from topics.catalog import PARTIALS, SSE
 
 __all__ = ["Frame", "LiveHub", "Partial", "Subscription", "Wake"]
@@ -58,61 +59,32 @@ class Subscription:
 
 
 class LiveHub:
-    def __init__(self, pool: asyncpg.Pool, bootstrap: str | None, topic_prefix: str = "") -> None:
-        self._pool = pool
+    def __init__(self, pool: Pool, bootstrap: str | None, topic_prefix: str = "") -> None:
+        # NOTIFY keel_commits: every commit, so streams stay live when Kafka is unreachable;
+        # a lost LISTEN connection is listened again (streams catch up on every heartbeat).
+        self._listener = Listener(pool, "keel_commits", self._on_commit)
         self._bootstrap = bootstrap
         self._sse_topic = SSE.full_name(topic_prefix)
         self._partials_topic = PARTIALS.full_name(topic_prefix)
         self._subscriptions: dict[Key, set[Subscription]] = {}
-        self._listener: asyncpg.Connection | None = None
         self._kafka_task: asyncio.Task[None] | None = None
-        self._relisten: asyncio.Task[None] | None = None
         self._log = get_logger("api.hub")
         self.kafka_connected = False
         self.partials_live = False
         """The consumer is connected and reads keel.partials.v1: partial frames can flow."""
 
     async def start(self) -> None:
-        await self._listen()
+        await self._listener.start()
         if self._bootstrap:
             self._kafka_task = asyncio.create_task(self._consume())
 
-    async def _listen(self) -> None:
-        self._listener = await self._pool.acquire()
-        await self._listener.add_listener("keel_commits", self._on_commit)
-        self._listener.add_termination_listener(self._on_listener_lost)
-
-    def _on_listener_lost(self, *_: object) -> None:
-        """The LISTEN connection died (database restart, network): listen again, with backoff.
-        Meanwhile streams catch up from the ledger on every heartbeat."""
-        self._listener = None
-        self._relisten = asyncio.get_running_loop().create_task(self._relisten_loop())
-
-    async def _relisten_loop(self) -> None:
-        backoff = Backoff(0.5, 10.0)
-        while self._listener is None:
-            try:
-                await self._listen()
-                self._log.info("listening again")
-            except Exception as exc:  # noqa: BLE001 - keep trying; streams still catch up
-                self._log.warning("listen failed", error=repr(exc))
-                await asyncio.sleep(backoff.next_delay())
-
     async def stop(self) -> None:
-        if self._relisten is not None:
-            self._relisten.cancel()
         if self._kafka_task is not None:
             self._kafka_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._kafka_task
             self.kafka_connected = self.partials_live = False
-        if self._listener is not None:
-            listener, self._listener = self._listener, None
-            with contextlib.suppress(Exception):
-                listener.remove_termination_listener(self._on_listener_lost)
-                await listener.remove_listener("keel_commits", self._on_commit)
-            with contextlib.suppress(Exception):
-                await self._pool.release(listener)
+        await self._listener.stop()
 
     def subscribe(self, tenant: str, session: str, partials: bool) -> Subscription:
         subscription = Subscription((tenant, session), partials)
@@ -130,8 +102,8 @@ class LiveHub:
     def streams(self) -> int:
         return sum(len(s) for s in self._subscriptions.values())
 
-    def _on_commit(self, *args: object) -> None:
-        tenant, session, seq = str(args[3]).rsplit("/", 2)
+    def _on_commit(self, payload: str) -> None:
+        tenant, session, seq = payload.rsplit("/", 2)
         for subscription in self._subscriptions.get((tenant, session), ()):
             subscription.offer(Wake(int(seq)))
 

@@ -15,7 +15,6 @@ from keel_stream.api.models import Capabilities
 from keel_stream.api.sessions import SESSIONS_PAGE_DEFAULT, SESSIONS_PAGE_MAX
 from keel_stream.errors import StoreError, StoreUnavailable
 from keel_stream.store import MAX_READ_LIMIT
-from keel_stream.store.driver_errors import translated
 
 __all__ = ["router"]
 
@@ -35,10 +34,7 @@ async def readyz(services: Svc) -> dict[str, Any]:
     """Readiness: the database answers and the schema is migrated (503 otherwise). `kafka`
     reports whether the live Kafka source is connected; streams work without it."""
     try:
-        async with translated("ready check"):
-            version = await services.pool.fetchval(
-                "SELECT max(version) FROM keel_schema_migrations"
-            )
+        version = await services.sessions.schema_version()
     except StoreError as exc:
         raise StoreUnavailable(f"not ready: {exc.message}") from exc
     if version is None:

@@ -16,19 +16,14 @@ from keel_stream.api.deps import ERRORS, Services, Svc, Tenant, session_row
 from keel_stream.api.errors import NoRunningAttempt
 from keel_stream.api.models import CancelView, RunQueued
 from keel_stream.errors import ExternalSession
-from keel_stream.kernel import InputAccount, InputTally
+from keel_stream.kernel import InputAccount, InputTally, RunStatus, StateOwner
 from keel_stream.store import MAX_READ_LIMIT
-from keel_stream.store.driver_errors import translated
-from keel_stream.store.sqlfiles import query
 
 __all__ = ["input_account", "router"]
 
 router = APIRouter(tags=["v1"])
 
-_RUN_ROW: Final = """
-SELECT status, read_watermark FROM runs WHERE tenant_id = $1 AND session_id = $2
-"""
-_RUNNING: Final = "running"
+_RUNNING: Final = RunStatus.RUNNING.value
 
 
 async def input_account(
@@ -48,22 +43,22 @@ async def input_account(
 
 
 async def _request_run(services: Services, tenant: str, session_id: str) -> RunQueued:
-    row = await session_row(services, tenant, session_id)
-    if row["state_owner"] == "external":
+    record = await session_row(services, tenant, session_id)
+    if record.state_owner == StateOwner.EXTERNAL:
         raise ExternalSession(f"session {session_id!r} is owned externally")
-    async with translated("read run"):
-        run = await services.pool.fetchrow(_RUN_ROW, tenant, session_id)
-    status = None if run is None else str(run["status"])
+    run = await services.sessions.run_of(tenant, session_id)
+    status = None if run is None else run.status
     if status == _RUNNING:
         return RunQueued(queued=False, reason="already_running", status=status)
     account = await input_account(
-        services, tenant, session_id, 0 if run is None else int(run["read_watermark"])
+        services, tenant, session_id, 0 if run is None else run.read_watermark
     )
     if not account.needs_turn:
         return RunQueued(queued=False, reason="nothing_owed", status=status)
-    async with translated("queue run"):
-        queued = await services.pool.fetchval(query("queue_run"), tenant, session_id)
-    return RunQueued(queued=True, reason=None, status=str(queued))
+    queued = await services.sessions.queue_run(tenant, session_id)
+    if queued is None:
+        raise ExternalSession(f"session {session_id!r} is owned externally")
+    return RunQueued(queued=True, reason=None, status=queued)
 
 
 @router.post(

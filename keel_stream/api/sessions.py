@@ -8,8 +8,6 @@ from fastapi import APIRouter, Query
 
 from keel_stream.api.deps import ERRORS, Svc, Tenant, session_row, session_view
 from keel_stream.api.models import CreateSession, SessionPage, SessionView
-from keel_stream.store.driver_errors import translated
-from keel_stream.store.sqlfiles import query
 
 __all__ = ["SESSIONS_PAGE_DEFAULT", "SESSIONS_PAGE_MAX", "router"]
 
@@ -37,8 +35,7 @@ async def list_sessions(
     cursor: Annotated[str | None, Query(max_length=128, pattern=_CURSOR)] = None,
 ) -> SessionPage:
     """The tenant's sessions by id; pass nextCursor as cursor for the next page."""
-    async with translated("list sessions"):
-        rows = await services.pool.fetch(query("list_sessions"), tenant, cursor, limit + 1)
+    rows = await services.sessions.page(tenant, cursor, limit + 1)
     page = [session_view(r) for r in rows[:limit]]
     more = len(rows) > limit
     return SessionPage(sessions=page, next_cursor=page[-1].id if more and page else None)

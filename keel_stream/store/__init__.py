@@ -1,7 +1,7 @@
 """The store: the one door to PostgreSQL (migrations, the commit transaction, reads, run rows),
 and the in-memory adapter that keeps the same rules."""
 
-from keel_stream.store.connect import connect, create_pool, pooled
+from keel_stream.store.connect import Pool, connect, create_pool, pooled
 from keel_stream.store.memory import MemoryRuns, MemoryStore
 from keel_stream.store.migrate import MigrationReport, migrate
 from keel_stream.store.postgres import PostgresLedger
@@ -29,6 +29,7 @@ __all__ = [
     "MemoryStore",
     "Metering",
     "MigrationReport",
+    "Pool",
     "PostgresLedger",
     "PostgresRuns",
     "Runs",

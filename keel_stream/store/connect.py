@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeAlias
 
 import asyncpg
 import orjson
 
 from keel_stream.store.driver_errors import translated
 
-__all__ = ["connect", "create_pool", "init_connection", "pooled"]
+__all__ = ["Pool", "connect", "create_pool", "init_connection", "pooled"]
+
+Pool: TypeAlias = asyncpg.Pool
+"""A connection pool, as callers outside the store hold it: opaque, passed back to the store."""
 
 
 def _encode_json(value: Any) -> str:

@@ -24,14 +24,14 @@ from keel_stream.errors import (
 from keel_stream.kernel.commits import PreparedCommit, check_identifier, prepare
 from keel_stream.kernel.delivery import Delivery, with_effective_delivery
 from keel_stream.kernel.types import CommitRequest, Event, Submission
-from keel_stream.kernel.vocabulary import CommitClass, Kind
+from keel_stream.kernel.vocabulary import CommitClass, Kind, StateOwner
 from keel_stream.store.driver_errors import translated
 from keel_stream.store.protocol import MAX_READ_LIMIT, ExternalMarkers, ExternalStatus
 from keel_stream.store.sqlfiles import query
 
 __all__ = ["MAX_READ_LIMIT", "PostgresLedger"]
 
-_EXTERNAL: Final = "external"
+_EXTERNAL: Final = StateOwner.EXTERNAL.value
 
 
 class PostgresLedger:
@@ -55,7 +55,7 @@ class PostgresLedger:
         markers = (
             (_EXTERNAL, external.backend, external.ref, external.status, external.metering)
             if external is not None
-            else ("keel", None, None, None, None)
+            else (StateOwner.KEEL.value, None, None, None, None)
         )
         async with translated("create session"), self._pool.acquire() as conn:
             created = await conn.fetchval(query("insert_session"), tenant_id, session_id, *markers)

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from keel_stream.kernel import StopReason
 from keel_stream.store.protocol import Claim
 from keel_stream.worker.partials import PartialsPublisher
 from keel_stream.worker.providers.base import (
@@ -69,7 +70,7 @@ async def ask_model(
     )
     text: list[str] = []
     calls: list[ToolCall] = []
-    finish = Finish("error", error="provider ended without a finish")
+    finish = Finish(StopReason.ERROR, error="provider ended without a finish")
     try:
         async for item in stream_unless_stopped(provider.stream(request), signals):
             if isinstance(item, TextDelta):
@@ -85,7 +86,7 @@ async def ask_model(
         if signals.fenced.is_set():
             raise
     except (OSError, ValueError, RuntimeError) as exc:
-        finish = Finish("error", error=f"{exc.__class__.__name__}: {exc}")
+        finish = Finish(StopReason.ERROR, error=f"{exc.__class__.__name__}: {exc}")
     cancelled = signals.cancel.is_set()
     content: list[dict[str, Any]] = []
     if text:

@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Final
 
-from keel_stream.kernel import Event, InputTally, Kind
+from keel_stream.kernel import Event, InputTally, Kind, StopReason
 from keel_stream.kernel.validation import tool_call_blocks
 from keel_stream.logs import get_logger
 from keel_stream.store.protocol import Claim, Ledger, Runs
@@ -41,7 +41,7 @@ def _unanswered_calls(state: TranscriptState) -> list[Mapping[str, Any]]:
     answered = {m.get("toolCallId") for m in state.context if m.get("role") == "toolResult"}
     for message in reversed(state.context):
         if message.get("role") == "assistant":
-            if message.get("stopReason") != "tool_use":
+            if message.get("stopReason") != StopReason.TOOL_USE:
                 return []
             calls = tool_call_blocks({"content": message.get("content", [])})
             return [c for c in calls if c["id"] not in answered]
@@ -86,7 +86,7 @@ class AgentLoop:
             raise
         except Exception as exc:  # noqa: BLE001 - a crash settles as a failed attempt
             log.error("attempt crashed", error=repr(exc))
-            record.failed, record.stop_reason = True, "error"
+            record.failed, record.stop_reason = True, StopReason.ERROR
             record.error = f"attempt crashed: {exc.__class__.__name__}: {exc}"
             record.duration_ms = _ms(record.started)
             return await self._settler.settle(io, record)
@@ -100,10 +100,10 @@ class AgentLoop:
         while True:
             transcript = await self._answer_calls(io, transcript, record, signals)
             if signals.cancel.is_set():
-                record.cancelled, record.stop_reason = True, "aborted"
+                record.cancelled, record.stop_reason = True, StopReason.ABORTED
                 break
             if record.turns >= self._max_turns:
-                record.failed, record.stop_reason = True, "max_turns"
+                record.failed, record.stop_reason = True, StopReason.MAX_TURNS
                 record.error = f"stopped after {record.turns} turns"
                 break
             transcript, seen = await self._request_boundary(io, transcript, seen, signals)
@@ -115,7 +115,7 @@ class AgentLoop:
             committed = await self._commit_answer(io, answer, transcript, record)
             seen = max(seen, committed.seq)
             transcript = TRANSCRIPT.apply_many(transcript, [committed])
-            if answer.cancelled or record.stop_reason != "tool_use":
+            if answer.cancelled or record.stop_reason != StopReason.TOOL_USE:
                 break
         record.context_messages = len(transcript.model_view)
 
@@ -148,7 +148,7 @@ class AgentLoop:
     ) -> Event:
         finish = answer.finish
         record.add_usage(finish.usage)
-        record.stop_reason = "aborted" if answer.cancelled else finish.stop_reason
+        record.stop_reason = StopReason.ABORTED if answer.cancelled else finish.stop_reason
         payload: dict[str, Any] = {
             "role": "assistant",
             "content": answer.content,
@@ -162,7 +162,7 @@ class AgentLoop:
             payload["usage"] = dict(finish.usage)
         if answer.cancelled:
             record.cancelled = True
-        elif finish.stop_reason == "error":
+        elif finish.stop_reason == StopReason.ERROR:
             record.failed, record.error = True, finish.error
             record.permanent = finish.permanent
             if finish.error:

@@ -14,7 +14,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from keel_stream.errors import KeelError
-from keel_stream.kernel import AttemptOutcome, Event, InputTally, Kind, RunStatus, finish_status
+from keel_stream.kernel import (
+    AttemptOutcome,
+    Event,
+    InputTally,
+    Kind,
+    RunStatus,
+    StopReason,
+    finish_status,
+)
 from keel_stream.kernel.status import fresh_budget
 from keel_stream.logs import get_logger
 from keel_stream.store.protocol import Runs, Settlement
@@ -59,7 +67,7 @@ class AttemptRecord:
 def _abandoned(log: list[Event], latest_summary: int, epoch: int, cancelled: bool) -> AttemptRecord:
     """The record of an attempt whose worker died: what its answers in the log show."""
     record = AttemptRecord(
-        stop_reason="aborted" if cancelled else "error",
+        stop_reason=StopReason.ABORTED if cancelled else StopReason.ERROR,
         error=f"attempt abandoned: the lease of epoch {epoch - 1} expired (its worker stopped)",
         cancelled=cancelled,
         failed=not cancelled,

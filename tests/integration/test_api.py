@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 import keel_stream.store
-from keel_stream.api.keys import KeyStore
+from keel_stream.store.keys import KeyStore
 from keel_stream.kafka.broker import EmbeddedBroker
 from keel_stream.kernel import CommitRequest
 from keel_stream.store import ExternalMarkers, PostgresLedger

@@ -15,7 +15,7 @@ import asyncpg
 import httpx
 from aiokafka import AIOKafkaProducer
 
-from keel_stream.api.keys import KeyStore
+from keel_stream.store.keys import KeyStore
 from keel_stream.kafka.broker import free_port
 from keel_stream.kafka.records import record_key
 from keel_stream.kernel import CommitRequest, LeaseToken

@@ -14,6 +14,9 @@ from keel_stream.store.sqlfiles import query
 
 __all__ = ["KeyStore", "hash_key"]
 
+# KeyStore is the PostgreSQL key store; the API and the CLI use it as it is (no second adapter:
+# keys are an operator's concern, not part of the ledger contract).
+
 
 def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()

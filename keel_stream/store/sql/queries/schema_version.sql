@@ -1,0 +1,1 @@
+SELECT max(version) FROM keel_schema_migrations;
