@@ -26,11 +26,14 @@ Every error carries a stable machine-readable ``code`` and a ``retriable`` flag;
     │   ├── NotExternalSession          an external.event for a native session
     │   ├── ExternalSessionClosed       an external.event for a closed external session
     │   └── LeaseFenced                 an owner-scoped commit with a stale epoch or another owner
-    └── StoreError                      the store failed; nothing was committed (5xx)
-        ├── StoreUnavailable            the database could not be reached (retriable)
-        ├── ProjectionBehind            a read model did not reach min_seq in time (retriable)
-        ├── MigrationFailed             a migration file failed; later files were not applied
-        └── MigrationDrift              an applied migration file was changed afterwards
+    ├── StoreError                      the store failed; nothing was committed (5xx)
+    │   ├── StoreUnavailable            the database could not be reached (retriable)
+    │   ├── ProjectionBehind            a read model did not reach min_seq in time (retriable)
+    │   ├── MigrationFailed             a migration file failed; later files were not applied
+    │   └── MigrationDrift              an applied migration file was changed afterwards
+    └── BrokerError                     Kafka refused or failed a request (translated at the seam)
+        ├── BrokerUnavailable           the broker could not be reached or timed out (retriable)
+        └── TopicMissing                a topic the platform needs does not exist (apply topics)
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ from enum import StrEnum
 from typing import ClassVar
 
 __all__ = [
+    "BrokerError",
+    "BrokerUnavailable",
     "Conflict",
     "ExternalSession",
     "ExternalSessionClosed",
@@ -67,6 +72,7 @@ __all__ = [
     "StoreUnavailable",
     "TenantExists",
     "TenantNotFound",
+    "TopicMissing",
     "UnknownKind",
     "UnknownProjection",
 ]
@@ -289,3 +295,22 @@ class MigrationDrift(StoreError):
     """A migration file that was applied has since been changed."""
 
     code = "migration_drift"
+
+
+class BrokerError(KeelError):
+    """Kafka refused or failed a request; what was committed in PostgreSQL is unaffected."""
+
+    code = "broker_error"
+
+
+class BrokerUnavailable(BrokerError):
+    """The broker could not be reached, or a request to it timed out; retry later."""
+
+    code = "broker_unavailable"
+    retriable = True
+
+
+class TopicMissing(BrokerError):
+    """A topic the platform needs does not exist: run `keel-stream topics apply`."""
+
+    code = "topic_missing"

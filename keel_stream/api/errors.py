@@ -58,6 +58,8 @@ _STATUS: Final[tuple[tuple[type[errors.KeelError], int], ...]] = (
     (errors.StoreUnavailable, 503),
     (errors.ProjectionBehind, 503),
     (errors.StoreError, 500),
+    (errors.BrokerUnavailable, 503),
+    (errors.BrokerError, 502),
 )
 
 

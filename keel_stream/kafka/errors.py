@@ -1,0 +1,50 @@
+"""The Kafka seam's error boundary: aiokafka errors become keel errors, chained, and go no
+further (as the store does for the database driver)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Final
+
+from aiokafka import errors as kafka
+
+from keel_stream.errors import BrokerError, BrokerUnavailable, KeelError, TopicMissing
+
+__all__ = ["broker_error", "kafka_translated"]
+
+_UNAVAILABLE: Final = (
+    OSError,
+    TimeoutError,
+    kafka.KafkaConnectionError,
+    kafka.KafkaTimeoutError,
+    kafka.NodeNotReadyError,
+    kafka.RequestTimedOutError,
+    kafka.KafkaUnavailableError,
+    kafka.BrokerNotAvailableError,
+    kafka.LeaderNotAvailableError,
+    kafka.NotLeaderForPartitionError,
+    kafka.CoordinatorNotAvailableError,
+)
+
+
+def broker_error(action: str, exc: BaseException) -> KeelError:
+    """The keel error for a failure of `action` at the broker."""
+    if isinstance(exc, KeelError):
+        return exc
+    if isinstance(exc, kafka.UnknownTopicOrPartitionError):
+        return TopicMissing(f"{action}: {exc}")
+    retriable = isinstance(exc, _UNAVAILABLE) or bool(getattr(exc, "retriable", False))
+    error_class = BrokerUnavailable if retriable else BrokerError
+    return error_class(f"{action}: {exc.__class__.__name__}: {exc}")
+
+
+@asynccontextmanager
+async def kafka_translated(action: str) -> AsyncIterator[None]:
+    """Run a broker action; any client failure leaves as a BrokerError."""
+    try:
+        yield
+    except KeelError:
+        raise
+    except (kafka.KafkaError, OSError, TimeoutError) as exc:
+        raise broker_error(action, exc) from exc
