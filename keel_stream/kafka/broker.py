@@ -10,25 +10,10 @@ from __future__ import annotations
 import socket
 import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Protocol
+from typing import IO
 
-__all__ = ["Broker", "EmbeddedBroker", "ExternalBroker", "free_port"]
-
-
-class Broker(Protocol):
-    """Something clients can bootstrap from."""
-
-    @property
-    def bootstrap(self) -> str: ...
-
-
-@dataclass(frozen=True)
-class ExternalBroker:
-    """A broker someone else runs (KEEL_KAFKA_BOOTSTRAP)."""
-
-    bootstrap: str
+__all__ = ["EmbeddedBroker", "free_port"]
 
 
 def free_port() -> int:
