@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -22,7 +22,7 @@ from keel_stream.store.connect import Pool
 from keel_stream.store.notifications import Listener
 from topics.catalog import PARTIALS, SSE
 
-__all__ = ["Frame", "LiveHub", "Partial", "Subscription", "Wake"]
+__all__ = ["Frame", "LiveHub", "Partial", "Subscription", "Subscriptions", "Wake"]
 
 Key = tuple[str, str]
 
@@ -56,6 +56,13 @@ class Subscription:
         # A full queue drops the hint; the stream still catches up from the ledger by seq.
         with contextlib.suppress(asyncio.QueueFull):
             self.queue.put_nowait(item)
+
+
+class Subscriptions(Protocol):
+    """Where a stream gets its live signals (the LiveHub; a test's own source)."""
+
+    def subscribe(self, tenant: str, session: str, partials: bool) -> Subscription: ...
+    def unsubscribe(self, subscription: Subscription) -> None: ...
 
 
 class LiveHub:

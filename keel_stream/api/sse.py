@@ -16,15 +16,15 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any, Final
 
 import orjson
 from sse_starlette import ServerSentEvent
 
-from keel_stream.api.hub import Frame, LiveHub, Partial, Wake
+from keel_stream.api.hub import Frame, Partial, Subscriptions, Wake
 from keel_stream.kernel.types import Event
-from keel_stream.store.postgres import MAX_READ_LIMIT, PostgresLedger
+from keel_stream.store.protocol import MAX_READ_LIMIT, Ledger
 
 __all__ = ["DRAIN_RETRY_MS", "SENT_GENERATIONS_KEPT", "SentGenerations", "session_stream"]
 
@@ -73,7 +73,7 @@ def _from_ledger(event: Event) -> bytes:
 class _Stream:
     """The state of one stream: the cursor (the last seq sent) and the answers sent."""
 
-    def __init__(self, ledger: PostgresLedger, tenant: str, session: str, after: int) -> None:
+    def __init__(self, ledger: Ledger, tenant: str, session: str, after: int) -> None:
         self._ledger = ledger
         self._tenant = tenant
         self._session = session
@@ -111,8 +111,8 @@ class _Stream:
 
 
 async def session_stream(
-    ledger: PostgresLedger,
-    hub: LiveHub,
+    ledger: Ledger,
+    hub: Subscriptions,
     tenant: str,
     session: str,
     *,
@@ -120,7 +120,7 @@ async def session_stream(
     partials: bool,
     draining: asyncio.Event,
     heartbeat_s: float = 15.0,
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     subscription = hub.subscribe(tenant, session, partials)
     stream = _Stream(ledger, tenant, session, after)
     drain = asyncio.create_task(draining.wait())
