@@ -3,9 +3,14 @@
 -- only when the transaction commits. With $7 (a user.message), the same statement makes the
 -- session owe a run: pending, or, while an attempt runs, a newer last_input_seq that its
 -- settling compares with what it accounted for; a run that had ended starts a fresh budget.
+-- last_committed_at lets the projector's reconcile find recently committed sessions (an index);
+-- it moves only when it is a second old, so a burst of commits to one session changes no
+-- indexed column after the first and the row update stays HOT (no index writes).
 WITH advanced AS (
     UPDATE sessions
-    SET last_seq = last_seq + 1
+    SET last_seq = last_seq + 1,
+        last_committed_at = CASE WHEN last_committed_at > clock_timestamp() - interval '1 second'
+                                 THEN last_committed_at ELSE clock_timestamp() END
     WHERE tenant_id = $1 AND session_id = $2
     RETURNING last_seq
 ), inserted AS (

@@ -1,9 +1,50 @@
--- The oldest unpublished events of this shard, in outbox order. Per session, outbox ids follow
--- seq (both are assigned under the session row lock), so publishing in id order keeps each
--- session's events in seq order. No cursor is kept: rows leave the table only once acknowledged.
-SELECT o.id, o.tenant_id, o.session_id, o.seq, e.kind, e.payload, e.committed_at
-FROM outbox AS o
-JOIN events AS e USING (tenant_id, session_id, seq)
-WHERE $2::int = 1 OR (hashtext(o.tenant_id)::bigint & 2147483647) % $2::int = $3::int
-ORDER BY o.id
-LIMIT $1;
+-- The oldest unpublished events of this shard ($3 of $2), in outbox order. Per session, outbox
+-- ids follow seq (both are assigned under the session row lock), so publishing in id order
+-- keeps each session's events in seq order. No cursor is kept: rows leave the table only once
+-- acknowledged.
+-- One shard: the outbox by id. Several: a shard is a set of tenants, so the tenants with a
+-- backlog are found one index probe each (a skip scan over outbox_tenant), and each of this
+-- shard's tenants gives its oldest $1 rows by (tenant_id, id); the other shards' backlog is never
+-- read, whatever its size.
+WITH RECURSIVE tenants AS (
+    (SELECT o.tenant_id FROM outbox AS o WHERE $2::int > 1 ORDER BY o.tenant_id LIMIT 1)
+    UNION ALL
+    SELECT (SELECT o.tenant_id
+            FROM outbox AS o
+            WHERE o.tenant_id > t.tenant_id
+            ORDER BY o.tenant_id
+            LIMIT 1)
+    FROM tenants AS t
+    WHERE t.tenant_id IS NOT NULL
+), batch AS (
+    (SELECT o.id, o.tenant_id, o.session_id, o.seq
+     FROM outbox AS o
+     WHERE $2::int = 1
+     ORDER BY o.id
+     LIMIT $1)
+    UNION ALL
+    (SELECT o.id, o.tenant_id, o.session_id, o.seq
+     FROM tenants AS t
+     CROSS JOIN LATERAL (
+         SELECT b.id, b.tenant_id, b.session_id, b.seq
+         FROM outbox AS b
+         WHERE b.tenant_id = t.tenant_id
+         ORDER BY b.id
+         LIMIT $1
+     ) AS o
+     WHERE $2::int > 1
+       AND t.tenant_id IS NOT NULL
+       AND (hashtext(t.tenant_id)::bigint & 2147483647) % $2::int = $3::int
+     ORDER BY o.id
+     LIMIT $1)
+)
+SELECT b.id, b.tenant_id, b.session_id, b.seq, e.kind, e.payload, e.committed_at
+FROM batch AS b
+CROSS JOIN LATERAL (
+    -- One primary-key lookup per row (LIMIT keeps the planner from hashing the whole ledger).
+    SELECT v.kind, v.payload, v.committed_at
+    FROM events AS v
+    WHERE v.tenant_id = b.tenant_id AND v.session_id = b.session_id AND v.seq = b.seq
+    LIMIT 1
+) AS e
+ORDER BY b.id;
