@@ -26,6 +26,7 @@ from benchmarks.servers import kafka, postgres, scratch_database
 from keel_stream.kafka.records import EventRecordCodec
 from keel_stream.projector.rebuild import rebuild
 from keel_stream.store import create_pool
+from keel_stream.store.projection_state import PostgresProjectionStore
 from projections import ALL
 from topics.admin import apply_catalog
 from topics.catalog import EVENTS
@@ -123,7 +124,9 @@ async def run(args: argparse.Namespace, dsn: str, bootstrap: str) -> dict[str, o
             baseline = await bare_consumer(bootstrap, topic, sent)
             rates: dict[str, float] = {}
             for projection in ALL:
-                report = await rebuild(pool, bootstrap, projection.name, topic_prefix=prefix)
+                report = await rebuild(
+                    PostgresProjectionStore(pool), bootstrap, projection.name, topic_prefix=prefix
+                )
                 rates[projection.name] = report.events / report.seconds
                 print(
                     f"rebuild {projection.name:<11} {rates[projection.name]:10,.0f} events/s"

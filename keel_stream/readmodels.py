@@ -12,13 +12,16 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any, Final
 
-import asyncpg
-
 from keel_stream.errors import InvalidPage, ProjectionBehind, UnknownProjection
 from keel_stream.kernel.commits import check_identifier
-from keel_stream.store.driver_errors import translated
+from keel_stream.store.connect import Pool
 from keel_stream.store.postgres import PostgresLedger
-from keel_stream.store.sqlfiles import query
+from keel_stream.store.projection_state import (
+    PostgresProjectionStore,
+    ProjectionStore,
+    Subscription,
+)
+from keel_stream.store.protocol import Ledger
 from projections import ALL
 
 __all__ = ["ProjectionView", "ReadModels"]
@@ -37,32 +40,32 @@ class ProjectionView:
 
 
 class ReadModels:
-    """Reads live read models from PostgreSQL; `start()` enables NOTIFY wake-ups."""
+    """Reads live read models; `start()` enables wake-ups by the projector's notifications."""
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
-        self._pool = pool
-        self._ledger = PostgresLedger(pool)
-        self._listener: asyncpg.Connection | None = None
-        self._applied = asyncio.Condition()
+    def __init__(self, store: ProjectionStore, ledger: Ledger) -> None:
+        self._store = store
+        self._ledger = ledger
+        self._subscription: Subscription | None = None
+        self._applied = asyncio.Event()
+
+    @classmethod
+    def from_pool(cls, pool: Pool) -> ReadModels:
+        return cls(PostgresProjectionStore(pool), PostgresLedger(pool))
 
     async def start(self) -> None:
-        async with translated("listen"):
-            self._listener = await self._pool.acquire()
-            await self._listener.add_listener("keel_projections", self._on_applied)
+        subscription = self._store.notifications(self._on_applied)
+        await subscription.start()
+        self._subscription = subscription
 
     async def close(self) -> None:
-        if self._listener is not None:
-            with contextlib.suppress(Exception):
-                await self._listener.remove_listener("keel_projections", self._on_applied)
-            await self._pool.release(self._listener)
-            self._listener = None
+        subscription, self._subscription = self._subscription, None
+        if subscription is not None:
+            await subscription.stop()
 
-    def _on_applied(self, *_: object) -> None:
-        async def notify_all() -> None:
-            async with self._applied:
-                self._applied.notify_all()
-
-        asyncio.get_running_loop().create_task(notify_all())
+    def _on_applied(self, _what: str) -> None:
+        # Wakes every reader waiting on the current event; later readers wait on a new one.
+        applied, self._applied = self._applied, asyncio.Event()
+        applied.set()
 
     async def get(
         self,
@@ -85,19 +88,16 @@ class ReadModels:
             raise InvalidPage(f"min_seq {min_seq} is past the session's last seq {head}")
         deadline = asyncio.get_running_loop().time() + timeout_s
         while True:
-            async with translated("read model"):
-                row = await self._pool.fetchrow(
-                    query("projection_read_state"), projection, tenant, session
-                )
-            last_seq = int(row["last_seq"]) if row is not None else 0
+            applied = self._applied  # taken before the read, so no notification falls between
+            stored = await self._store.read_state(projection, tenant, session)
+            last_seq = stored.last_seq if stored is not None else 0
             if last_seq >= min_seq:
-                state = row["state"] if row is not None else fold.dump(fold.initial())
+                state = stored.state if stored is not None else fold.dump(fold.initial())
                 return ProjectionView(projection, last_seq, state)
             remaining = deadline - asyncio.get_running_loop().time()
             if remaining <= 0:
                 raise ProjectionBehind(
                     f"{projection} of {session!r} is at seq {last_seq}, not yet {min_seq}"
                 )
-            async with self._applied:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._applied.wait(), min(remaining, _POLL_S))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(applied.wait(), min(remaining, _POLL_S))

@@ -30,7 +30,7 @@ def create_app(config: ApiConfig) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         pool = await create_pool(config.database_url, min_size=2, max_size=20)
         hub = LiveHub(pool, config.bootstrap, config.topic_prefix)
-        models = ReadModels(pool)
+        models = ReadModels.from_pool(pool)
         await hub.start()
         await models.start()
         app.state.services = Services(

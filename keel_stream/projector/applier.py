@@ -13,10 +13,16 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import asyncpg
-
+from keel_stream.errors import StoreError
 from keel_stream.projector.events import LedgerEvent, SourceRecord
-from keel_stream.store.sqlfiles import query
+from keel_stream.store.projection_state import (
+    APPLIED,
+    Key,
+    LedgerReader,
+    ProjectionStore,
+    ProjectionTransaction,
+    StoredState,
+)
 from projections.base import Folded, Projection, fresh
 
 __all__ = [
@@ -25,12 +31,10 @@ __all__ = [
     "FrameSink",
     "advance",
     "fold_sessions",
-    "live_generations",
-    "store_offsets",
+    "live_generation",
     "write_states",
 ]
 
-Key = tuple[str, str]
 FrameSink = Callable[[Sequence[LedgerEvent]], Awaitable[None]]
 
 
@@ -42,20 +46,16 @@ class BatchResult:
     """Events fetched from the ledger to fill gaps, summed over projections."""
 
 
-async def live_generations(conn: asyncpg.Connection) -> dict[str, int]:
-    rows = await conn.fetch(query("projection_live_generations"))
-    return {r["projection"]: r["generation"] for r in rows}
-
-
-async def _ledger_range(
-    conn: asyncpg.Connection, key: Key, after: int, upto: int
-) -> list[LedgerEvent]:
-    rows = await conn.fetch(query("ledger_range"), key[0], key[1], after, upto)
-    return [LedgerEvent.from_row(key[0], key[1], r) for r in rows]
+def live_generation(live: Mapping[str, int], projection: str) -> int:
+    """The projection's live generation; StoreError if it has none (a schema not migrated)."""
+    generation = live.get(projection)
+    if generation is None:
+        raise StoreError(f"projection {projection!r} has no live generation")
+    return generation
 
 
 async def fold_sessions(
-    conn: asyncpg.Connection,
+    tx: ProjectionTransaction,
     projection: Projection[Any],
     generation: int,
     events: Mapping[Key, Sequence[LedgerEvent]],
@@ -66,23 +66,18 @@ async def fold_sessions(
     fetched from the ledger to fill gaps.
     """
     keys = sorted(events)
-    rows = await conn.fetch(
-        query("projection_lock_states"),
-        projection.name,
-        generation,
-        [k[0] for k in keys],
-        [k[1] for k in keys],
-    )
-    stored = {
-        (r["tenant_id"], r["session_id"]): Folded(r["last_seq"], projection.load(r["state"]))
-        for r in rows
-    }
+    locked = await tx.lock_states(projection.name, generation, keys)
     changed: dict[Key, Folded[Any]] = {}
     applied: list[LedgerEvent] = []
     filled = 0
     for key in keys:
-        folded = stored.get(key) or Folded(0, projection.initial())
-        advanced, run, from_ledger = await advance(conn, projection, folded, key, events[key])
+        stored = locked.get(key)
+        folded = (
+            Folded(stored.last_seq, projection.load(stored.state))
+            if stored is not None
+            else Folded(0, projection.initial())
+        )
+        advanced, run, from_ledger = await advance(tx, projection, folded, key, events[key])
         if run:
             changed[key] = advanced
             applied.extend(run)
@@ -91,7 +86,7 @@ async def fold_sessions(
 
 
 async def advance(
-    conn: asyncpg.Connection,
+    ledger: LedgerReader,
     projection: Projection[Any],
     folded: Folded[Any],
     key: Key,
@@ -108,7 +103,7 @@ async def advance(
         if event.seq < expected:
             continue  # already applied, or a duplicate within the batch
         if event.seq > expected:
-            missing = await _ledger_range(conn, key, expected - 1, event.seq - 1)
+            missing = await ledger.ledger_range(key[0], key[1], expected - 1, event.seq - 1)
             run.extend(missing)
             filled += len(missing)
         run.append(event)
@@ -120,42 +115,13 @@ async def advance(
 
 
 async def write_states(
-    conn: asyncpg.Connection,
+    tx: ProjectionTransaction,
     projection: Projection[Any],
     generation: int,
     changed: Mapping[Key, Folded[Any]],
 ) -> None:
-    if not changed:
-        return
-    keys = list(changed)
-    await conn.execute(
-        query("projection_upsert_states"),
-        projection.name,
-        generation,
-        [k[0] for k in keys],
-        [k[1] for k in keys],
-        [changed[k].last_seq for k in keys],
-        [projection.dump(changed[k].state) for k in keys],
-    )
-
-
-async def store_offsets(
-    conn: asyncpg.Connection,
-    projection: str,
-    generation: int,
-    topic: str,
-    next_offsets: Mapping[int, int],
-) -> None:
-    if next_offsets:
-        partitions = sorted(next_offsets)
-        await conn.execute(
-            query("projection_store_offsets"),
-            projection,
-            generation,
-            topic,
-            partitions,
-            [next_offsets[p] for p in partitions],
-        )
+    states = {k: StoredState(f.last_seq, projection.dump(f.state)) for k, f in changed.items()}
+    await tx.write_states(projection.name, generation, states)
 
 
 def group_by_session(events: Iterable[LedgerEvent]) -> dict[Key, list[LedgerEvent]]:
@@ -170,50 +136,47 @@ class Applier:
 
     def __init__(
         self,
+        store: ProjectionStore,
         projections: Sequence[Projection[Any]],
         topic: str,
         frame_sink: FrameSink | None = None,
         frames_of: str = "sse",
     ) -> None:
+        self._store = store
         self._projections = projections
         self._topic = topic
         self._frame_sink = frame_sink
         self._frames_of = frames_of
 
-    async def apply(self, conn: asyncpg.Connection, records: Sequence[SourceRecord]) -> BatchResult:
+    async def apply(self, records: Sequence[SourceRecord]) -> BatchResult:
         """Apply records from the source topic and store their offsets, in one transaction."""
         next_offsets: dict[int, int] = {}
         for record in records:
             next_offsets[record.partition] = max(
                 next_offsets.get(record.partition, 0), record.offset + 1
             )
-        return await self.apply_events(conn, [r.event for r in records], next_offsets)
+        return await self.apply_events([r.event for r in records], next_offsets)
 
     async def apply_events(
-        self,
-        conn: asyncpg.Connection,
-        events: Sequence[LedgerEvent],
-        next_offsets: Mapping[int, int] | None = None,
+        self, events: Sequence[LedgerEvent], next_offsets: Mapping[int, int] | None = None
     ) -> BatchResult:
+        """Apply events (from the topic, or the ledger) to every live projection, in one
+        transaction with the source offsets they came with."""
         grouped = group_by_session(events)
         applied_total = filled_total = 0
-        async with conn.transaction():
-            live = await live_generations(conn)
+        async with self._store.transaction() as tx:
+            live = await tx.live_generations()
             for projection in self._projections:
-                generation = live[projection.name]
-                changed, applied, filled = await fold_sessions(
-                    conn, projection, generation, grouped
-                )
+                generation = live_generation(live, projection.name)
+                changed, applied, filled = await fold_sessions(tx, projection, generation, grouped)
                 applied_total += len(applied)
                 filled_total += filled
                 if projection.name == self._frames_of and applied and self._frame_sink:
                     # Frames go out before the transaction commits: if publishing fails, the
                     # state is not advanced and the batch is applied (and sent) again.
                     await self._frame_sink(applied)
-                await write_states(conn, projection, generation, changed)
-                await store_offsets(
-                    conn, projection.name, generation, self._topic, next_offsets or {}
-                )
+                await write_states(tx, projection, generation, changed)
+                await tx.store_offsets(projection.name, generation, self._topic, next_offsets or {})
             if applied_total:
-                await conn.execute(query("projection_notify"), "applied")
+                await tx.notify(APPLIED)
         return BatchResult(applied=applied_total, gap_filled=filled_total)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import asyncpg
 import orjson
 
 __all__ = ["LedgerEvent", "SourceRecord"]
@@ -27,7 +27,8 @@ class LedgerEvent:
         return cls(d["tenant"], d["session"], d["seq"], d["kind"], d["payload"], d["committedAt"])
 
     @classmethod
-    def from_row(cls, tenant: str, session: str, row: asyncpg.Record) -> LedgerEvent:
+    def from_row(cls, tenant: str, session: str, row: Mapping[str, Any]) -> LedgerEvent:
+        """From a ledger row (seq, kind, payload, committed_at)."""
         committed: datetime = row["committed_at"]
         return cls(
             tenant,

@@ -5,33 +5,39 @@ no Faust table or changelog is the source of anything. On every partition assign
 consumer is moved to the offsets stored with the states (`perform_seek`), not to the group's
 committed offsets alone. Records are applied in batches, one transaction each; a periodic
 reconcile heals sessions whose tail never arrived.
+
+A batch that fails is applied again (never skipped) while the failure is transient, within the
+retry policy's bound; any other failure, or one past the bound, crashes the worker: it exits
+non-zero and its supervisor sees why, rather than the partition stalling behind a batch that
+can never apply.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import faust
 from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import murmur2
 from faust.transport.drivers.aiokafka import Consumer as AIOKafkaFaustConsumer
 from faust.transport.drivers.aiokafka import Transport as AIOKafkaTransport
+from mode.supervisors import CrashingSupervisor
 
+from keel_stream.kafka.errors import kafka_translated
 from keel_stream.kafka.records import record_key
 from keel_stream.logs import get_logger
-from keel_stream.projector.applier import Applier, live_generations
+from keel_stream.projector.applier import Applier, BatchResult
 from keel_stream.projector.events import LedgerEvent, SourceRecord
-from keel_stream.projector.reconcile import reconcile
-from keel_stream.relay.backoff import Backoff
-from keel_stream.store.connect import create_pool
-from keel_stream.store.sqlfiles import query
+from keel_stream.projector.reconcile import Sweep, find_behind, heal
+from keel_stream.relay.retry import Retrying, RetryPolicy, retrying
+from keel_stream.store.connect import Pool, create_pool
+from keel_stream.store.projection_state import PostgresProjectionStore, ProjectionStore
 from projections import ALL
 from projections.sse import render_frame
 from topics.admin import apply_catalog
@@ -51,6 +57,7 @@ class HostConfig:
     reconcile_every_s: float = 2.0
     reconcile_idle_s: float = 2.0
     app_id: str = field(default="")
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
 
     @property
     def group(self) -> str:
@@ -58,7 +65,7 @@ class HostConfig:
 
 
 class _Runtime:
-    """What the agent, the timer and the consumer share: connections, producer, a lock."""
+    """What the agent, the timer and the consumer share: the store, producer, a lock."""
 
     def __init__(self, config: HostConfig) -> None:
         self.config = config
@@ -66,19 +73,29 @@ class _Runtime:
         self.sse_topic = SSE.full_name(config.topic_prefix)
         self.lock = asyncio.Lock()
         self.log = get_logger("projector")
-        self._pool: asyncpg.Pool | None = None
+        self._pool: Pool | None = None
+        self._store: ProjectionStore | None = None
+        self._applier: Applier | None = None
         self._producer: AIOKafkaProducer | None = None
         self._ready = asyncio.Lock()
         self.partitions = EVENTS.partitions
         self.resumed: set[int] = set()
         """Partitions that delivered a record since the last assignment."""
-        self.applier = Applier(ALL, self.source, self._publish_frames)
+        self.reconcile_failures = Retrying(config.retry, self.log)
+        self.sweep = Sweep()
 
-    async def pool(self) -> asyncpg.Pool:
+    async def store(self) -> ProjectionStore:
         async with self._ready:
-            if self._pool is None:
+            if self._store is None:
                 self._pool = await create_pool(self.config.database_url, min_size=1, max_size=4)
-            return self._pool
+                self._store = PostgresProjectionStore(self._pool)
+            return self._store
+
+    async def applier(self) -> Applier:
+        store = await self.store()
+        if self._applier is None:
+            self._applier = Applier(store, ALL, self.source, self._publish_frames)
+        return self._applier
 
     async def producer(self) -> AIOKafkaProducer:
         async with self._ready:
@@ -86,34 +103,41 @@ class _Runtime:
                 producer = AIOKafkaProducer(
                     bootstrap_servers=self.config.bootstrap, acks="all", linger_ms=2
                 )
-                await producer.start()
+                try:
+                    await producer.start()
+                except BaseException:
+                    await producer.stop()
+                    raise
                 self._producer = producer
             return self._producer
 
     async def _publish_frames(self, events: Sequence[LedgerEvent]) -> None:
-        producer = await self.producer()
-        futures = []
-        for event in events:
-            frame = render_frame(event, event.committed_at)
-            futures.append(
-                await producer.send(
-                    self.sse_topic,
-                    value=frame.model_dump_json().encode(),
-                    key=record_key(event.tenant, event.session),
-                    headers=[("seq", str(event.seq).encode()), ("kind", event.kind.encode())],
+        async with kafka_translated("publish sse frames"):
+            producer = await self.producer()
+            futures = []
+            for event in events:
+                frame = render_frame(event, event.committed_at)
+                futures.append(
+                    await producer.send(
+                        self.sse_topic,
+                        value=frame.model_dump_json().encode(),
+                        key=record_key(event.tenant, event.session),
+                        headers=[("seq", str(event.seq).encode()), ("kind", event.kind.encode())],
+                    )
                 )
-            )
-        await asyncio.gather(*futures)
+            await asyncio.gather(*futures)
+
+    async def apply(self, records: Sequence[SourceRecord]) -> BatchResult:
+        async with self.lock:
+            return await (await self.applier()).apply(records)
 
     async def stored_offsets(self) -> dict[int, int]:
         """Per partition, the lowest next offset stored by any live projection."""
-        pool = await self.pool()
-        async with pool.acquire() as conn:
-            live = await live_generations(conn)
-            per_projection = []
-            for name, generation in live.items():
-                rows = await conn.fetch(query("projection_offsets"), name, generation, self.source)
-                per_projection.append({r["partition"]: r["next_offset"] for r in rows})
+        store = await self.store()
+        live = await store.live_generations()
+        per_projection = [
+            await store.offsets(name, generation, self.source) for name, generation in live.items()
+        ]
         partitions = set().union(*per_projection) if per_projection else set()
         return {p: min(o.get(p, 0) for o in per_projection) for p in partitions}
 
@@ -123,7 +147,7 @@ class _Runtime:
         if self._pool is not None:
             await self._pool.close()
 
-    def owns(self, assigned: set[int]) -> Any:
+    def owns(self, assigned: set[int]) -> Callable[[str, str], bool]:
         def owns_session(tenant: str, session: str) -> bool:
             index = (murmur2(record_key(tenant, session)) & 0x7FFFFFFF) % self.partitions
             return index in assigned
@@ -139,7 +163,9 @@ def _transport(runtime: _Runtime, app: faust.App) -> AIOKafkaTransport:
 
         async def perform_seek(self) -> None:
             await super().perform_seek()
-            stored = await runtime.stored_offsets()
+            stored = await retrying(
+                runtime.stored_offsets, "read stored offsets", runtime.config.retry, runtime.log
+            )
             for tp in self.assignment():
                 if tp.topic == runtime.source:
                     await self.seek(tp, stored.get(tp.partition, 0))
@@ -150,6 +176,16 @@ def _transport(runtime: _Runtime, app: faust.App) -> AIOKafkaTransport:
         Consumer = StoredOffsetConsumer
 
     return StoredOffsetTransport(app.conf.broker_consumer, app)
+
+
+def _records(batch: Sequence[faust.EventT[bytes]]) -> list[SourceRecord]:
+    return [
+        SourceRecord(
+            LedgerEvent.from_record(e.message.value), e.message.partition, e.message.offset
+        )
+        for e in batch
+        if e.message.value is not None
+    ]
 
 
 def build_app(config: HostConfig) -> faust.App:
@@ -175,48 +211,31 @@ def build_app(config: HostConfig) -> faust.App:
     app.transport = _transport(runtime, app)
     source = app.topic(runtime.source, value_serializer="raw", key_serializer="raw")
 
-    @app.agent(source)
+    # A crashing supervisor: an agent that raises takes the worker down (exit status 1) instead
+    # of being restarted past the batch it could not apply.
+    @app.agent(source, supervisor_strategy=CrashingSupervisor)
     async def fold_events(stream: faust.StreamT[bytes]) -> None:
-        assert isinstance(stream, faust.Stream)  # take_events is not on the StreamT protocol
+        if not isinstance(stream, faust.Stream):  # take_events is not on the StreamT protocol
+            raise TypeError(f"expected a faust.Stream, got {type(stream).__name__}")
         async for batch in stream.take_events(config.batch_size, within=config.batch_within_s):
-            records = [
-                SourceRecord(
-                    LedgerEvent.from_record(e.message.value),
-                    e.message.partition,
-                    e.message.offset,
-                )
-                for e in batch
-                if e.message.value is not None
-            ]
+            records = _records(batch)
             for record in records:
                 if record.partition not in runtime.resumed:
                     runtime.resumed.add(record.partition)
                     runtime.log.info(
                         "first record", partition=record.partition, offset=record.offset
                     )
-            await _apply_until_done(runtime, records)
+            result = await retrying(
+                partial(runtime.apply, records), "apply batch", config.retry, runtime.log
+            )
+            if result.gap_filled:
+                runtime.log.info("gap filled from the ledger", events=result.gap_filled)
 
     @app.timer(interval=config.reconcile_every_s)  # type: ignore[untyped-decorator]
     async def heal_tails() -> None:
         assigned = {tp.partition for tp in app.consumer.assignment() if tp.topic == runtime.source}
-        if not assigned:
-            return
-        async with runtime.lock:
-            pool = await runtime.pool()
-            try:
-                async with pool.acquire() as conn:
-                    result = await reconcile(
-                        conn,
-                        runtime.applier,
-                        ALL,
-                        idle_s=config.reconcile_idle_s,
-                        owns=runtime.owns(assigned),
-                    )
-            except Exception as exc:  # noqa: BLE001 - the next tick tries again
-                runtime.log.warning("reconcile failed", error=repr(exc))
-                return
-            if result.applied:
-                runtime.log.info("reconciled", applied=result.applied)
+        if assigned:
+            await _reconcile(runtime, assigned)
 
     async def release(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
         await runtime.close()
@@ -226,28 +245,39 @@ def build_app(config: HostConfig) -> faust.App:
     return app
 
 
-async def _apply_until_done(runtime: _Runtime, records: list[SourceRecord]) -> None:
-    """Apply a batch; on failure back off and try the same batch again (never skip it)."""
-    backoff = Backoff(0.2, 5.0)
-    while True:
-        try:
-            async with runtime.lock:
-                pool = await runtime.pool()
-                async with pool.acquire() as conn:
-                    result = await runtime.applier.apply(conn, records)
-            if result.gap_filled:
-                runtime.log.info("gap filled from the ledger", events=result.gap_filled)
-            return
-        except Exception as exc:  # noqa: BLE001 - transient trouble: retry the batch
-            runtime.log.warning("batch failed; retrying", error=repr(exc))
-            await asyncio.sleep(backoff.next_delay())
+async def _reconcile(runtime: _Runtime, assigned: set[int]) -> None:
+    """One reconcile pass. A transient failure waits for the next tick (within the retry
+    bound); any other failure raises, which crashes the worker."""
+    try:
+        store, applier = await runtime.store(), await runtime.applier()
+        # Looking takes no lock (heal locks the states it writes and never moves one backwards,
+        # so a finding that went stale meanwhile is harmless): only healing waits for batches.
+        behind = await find_behind(
+            store,
+            ALL,
+            idle_s=runtime.config.reconcile_idle_s,
+            sweep=runtime.sweep,
+            owns=runtime.owns(assigned),
+        )
+        async with runtime.lock:
+            result = await heal(store, applier, behind)
+    except Exception as exc:  # noqa: BLE001 - classified in delay_after, which re-raises
+        runtime.reconcile_failures.delay_after(exc, "reconcile")
+        return
+    runtime.reconcile_failures.succeeded()
+    if result.applied:
+        runtime.log.info("reconciled", applied=result.applied)
 
 
 def run_worker(config: HostConfig) -> None:
-    """Run the Faust worker in this process until SIGINT/SIGTERM."""
+    """Run the Faust worker in this process until SIGINT/SIGTERM; exits non-zero on a crash."""
     asyncio.run(apply_catalog(config.bootstrap, config.topic_prefix))
     logging.getLogger("faust").setLevel(logging.WARNING)
     app = build_app(config)
     worker = faust.Worker(app, loglevel="WARNING", quiet=True, redirect_stdouts=False)
-    with contextlib.suppress(SystemExit):
+    try:
         worker.execute_from_commandline()
+    except SystemExit as exc:
+        # It always exits; a clean stop returns to the caller, a crash goes on with its status.
+        if exc.code not in (None, 0):
+            raise

@@ -17,20 +17,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import asyncpg
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from keel_stream.errors import UnknownProjection
-from keel_stream.projector.applier import advance, fold_sessions, store_offsets, write_states
+from keel_stream.projector.applier import advance, fold_sessions, write_states
 from keel_stream.projector.events import LedgerEvent
-from keel_stream.store.sqlfiles import query
+from keel_stream.store.projection_state import (
+    SWITCHED,
+    Key,
+    ProjectionStore,
+    ProjectionTransaction,
+)
 from projections import ALL
 from projections.base import Folded, Projection
 from topics.catalog import EVENTS
 
 __all__ = ["Progress", "RebuildReport", "rebuild"]
-
-Key = tuple[str, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,28 +98,21 @@ class _Reader:
 
 
 async def _flush(
-    conn: asyncpg.Connection,
+    store: ProjectionStore,
     projection: Projection[Any],
     generation: int,
     topic: str,
     dirty: dict[Key, Folded[Any]],
     next_offsets: dict[int, int],
 ) -> None:
-    async with conn.transaction():
-        await write_states(conn, projection, generation, dirty)
-        await store_offsets(conn, projection.name, generation, topic, next_offsets)
+    async with store.transaction() as tx:
+        await write_states(tx, projection, generation, dirty)
+        await tx.store_offsets(projection.name, generation, topic, next_offsets)
     dirty.clear()
 
 
-async def _ledger_fill(
-    conn: asyncpg.Connection, key: Key, after: int, upto: int
-) -> list[LedgerEvent]:
-    rows = await conn.fetch(query("ledger_range"), key[0], key[1], after, upto)
-    return [LedgerEvent.from_row(key[0], key[1], r) for r in rows]
-
-
 async def _level(
-    conn: asyncpg.Connection,
+    tx: ProjectionTransaction,
     projection: Projection[Any],
     old: int | None,
     new: int,
@@ -125,22 +120,79 @@ async def _level(
     to_ledger: bool,
 ) -> int:
     """Bring the new generation level with the old one (or the ledger head) from the ledger."""
-    rows = await conn.fetch(
-        query("projection_behind_generation"), projection.name, old or 0, new, to_ledger
-    )
-    events = {}
-    for r in rows:
-        key = (r["tenant_id"], r["session_id"])
-        events[key] = await _ledger_fill(conn, key, r["applied"], r["target"])
+    events = {
+        (b.tenant, b.session): await tx.ledger_range(b.tenant, b.session, b.applied, b.target)
+        for b in await tx.behind_generation(projection.name, old, new, to_ledger=to_ledger)
+    }
     if not events:
         return 0
-    changed, applied, _ = await fold_sessions(conn, projection, new, events)
-    await write_states(conn, projection, new, changed)
+    changed, applied, _ = await fold_sessions(tx, projection, new, events)
+    await write_states(tx, projection, new, changed)
     return len(applied)
 
 
+async def _switch(store: ProjectionStore, projection: Projection[Any], generation: int) -> int:
+    """Heal the new generation from the ledger and make it live; how many events that took.
+
+    The switch runs under the projection's generation lock: every session the old generation
+    has further along is brought level in the same transaction that makes the new one live."""
+    async with store.transaction() as tx:
+        healed = await _level(tx, projection, None, generation, to_ledger=True)
+    async with store.transaction() as tx:
+        generations = await tx.lock_generations(projection.name)
+        old = next((g for g, status in generations.items() if status == "live"), None)
+        healed += await _level(tx, projection, old, generation, to_ledger=False)
+        await tx.switch(projection.name, generation)
+        await tx.notify(SWITCHED)
+    return healed
+
+
+class _Replay:
+    """The fold of the source topic in memory, flushed now and then into the new generation."""
+
+    def __init__(
+        self, store: ProjectionStore, projection: Projection[Any], generation: int, topic: str
+    ) -> None:
+        self.store = store
+        self.projection = projection
+        self.generation = generation
+        self.topic = topic
+        self.states: dict[Key, Folded[Any]] = {}
+        self.dirty: dict[Key, Folded[Any]] = {}
+        self.next_offsets: dict[int, int] = {}
+        self.events = 0
+        self.healed = 0
+
+    async def add(self, batch: list[tuple[int, int, bytes]]) -> None:
+        by_session: dict[Key, list[LedgerEvent]] = {}
+        for partition, offset, value in batch:
+            event = LedgerEvent.from_record(value)
+            by_session.setdefault(event.key, []).append(event)
+            self.next_offsets[partition] = offset + 1
+        for key, session_events in by_session.items():
+            folded = self.states.get(key) or Folded(0, self.projection.initial())
+            folded, run, filled = await advance(
+                self.store, self.projection, folded, key, session_events
+            )
+            self.healed += filled
+            if run:
+                self.states[key] = self.dirty[key] = folded
+        self.events += len(batch)
+
+    async def flush(self) -> None:
+        if self.dirty:
+            await _flush(
+                self.store,
+                self.projection,
+                self.generation,
+                self.topic,
+                self.dirty,
+                self.next_offsets,
+            )
+
+
 async def rebuild(
-    pool: asyncpg.Pool,
+    store: ProjectionStore,
     bootstrap: str,
     name: str,
     *,
@@ -154,54 +206,29 @@ async def rebuild(
         raise UnknownProjection(f"no read model named {name!r}")
     topic = EVENTS.full_name(topic_prefix)
     started = time.monotonic()
-    async with pool.acquire() as conn:
-        generation = int(await conn.fetchval(query("projection_new_generation"), name))
+    replay = _Replay(store, projection, await store.new_generation(name), topic)
     reader = _Reader(bootstrap, topic)
-    states: dict[Key, Folded[Any]] = {}
-    dirty: dict[Key, Folded[Any]] = {}
-    next_offsets: dict[int, int] = {}
-    events = healed = 0
     await reader.start()
     try:
-        async with pool.acquire() as conn:
-            while True:
-                batch = await reader.batch()
-                by_session: dict[Key, list[LedgerEvent]] = {}
-                for partition, offset, value in batch:
-                    event = LedgerEvent.from_record(value)
-                    by_session.setdefault(event.key, []).append(event)
-                    next_offsets[partition] = offset + 1
-                for key, session_events in by_session.items():
-                    folded = states.get(key) or Folded(0, projection.initial())
-                    folded, run, filled = await advance(
-                        conn, projection, folded, key, session_events
-                    )
-                    healed += filled
-                    if run:
-                        states[key] = dirty[key] = folded
-                events += len(batch)
-                lag = await reader.lag()
-                elapsed = max(time.monotonic() - started, 1e-6)
-                on_progress(Progress(events, lag, events / elapsed))
-                if len(dirty) and (events % flush_every < len(batch) or lag == 0):
-                    await _flush(conn, projection, generation, topic, dirty, next_offsets)
-                if lag == 0:
-                    break
-            await _flush(conn, projection, generation, topic, dirty, next_offsets)
-            healed += await _level(conn, projection, None, generation, to_ledger=True)
-            async with conn.transaction():
-                rows = await conn.fetch(query("projection_lock_generations"), name)
-                old = next((r["generation"] for r in rows if r["status"] == "live"), None)
-                healed += await _level(conn, projection, old, generation, to_ledger=False)
-                await conn.execute(query("projection_switch"), name, generation)
-                await conn.execute(query("projection_notify"), "switched")
+        while True:
+            batch = await reader.batch()
+            await replay.add(batch)
+            lag = await reader.lag()
+            elapsed = max(time.monotonic() - started, 1e-6)
+            on_progress(Progress(replay.events, lag, replay.events / elapsed))
+            if replay.events % flush_every < len(batch) or lag == 0:
+                await replay.flush()
+            if lag == 0:
+                break
+        await replay.flush()
+        healed = replay.healed + await _switch(store, projection, replay.generation)
     finally:
         await reader.stop()
     return RebuildReport(
         projection=name,
-        generation=generation,
-        events=events,
-        sessions=len(states),
+        generation=replay.generation,
+        events=replay.events,
+        sessions=len(replay.states),
         healed_from_ledger=healed,
         seconds=time.monotonic() - started,
     )

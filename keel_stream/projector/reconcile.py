@@ -1,44 +1,123 @@
-"""Healing tails that never arrived: compare each idle session's ledger head with the models."""
+"""Healing tails that never arrived: compare idle sessions' ledger heads with the models.
+
+What one tick reads is bounded, whatever the number of sessions:
+
+- the sessions committed within the last `idle_s + window_s` seconds (an index range on
+  sessions.last_committed_at): a tail lost on its way is healed on the first tick after the
+  session has been idle for `idle_s`;
+- one page (`sweep_page` sessions, in key order) of a rolling sweep over all sessions, so a
+  session whose tail went missing longer ago (the projector was down for a while, a broker lost
+  data) is still healed, within (sessions / sweep_page) ticks. Where the sweep goes on from is
+  kept in memory (`Sweep`, one per Applier unless the caller passes its own): a restarted
+  projector starts it over.
+
+`find_behind` only reads; `heal` applies what was found through the applier, which locks the
+sessions' states and never moves a state backwards, so a finding that went stale in between is
+harmless. A caller can therefore look without holding off the live path and take its lock only
+to heal; `reconcile` does both.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+from weakref import WeakKeyDictionary
 
-import asyncpg
-
-from keel_stream.projector.applier import Applier, BatchResult, live_generations
+from keel_stream.projector.applier import Applier, BatchResult, live_generation
 from keel_stream.projector.events import LedgerEvent
-from keel_stream.store.sqlfiles import query
+from keel_stream.store.projection_state import Behind, ProjectionStore
 from projections.base import Projection
 
-__all__ = ["reconcile"]
+__all__ = ["Sweep", "find_behind", "heal", "reconcile"]
+
+Key = tuple[str, str]
+_START: Final[Key] = ("", "")
+_SWEEPS: WeakKeyDictionary[Applier, Sweep] = WeakKeyDictionary()
+
+
+@dataclass(slots=True)
+class Sweep:
+    """The rolling sweep's position: the last session key it has checked."""
+
+    after: Key = _START
+
+
+def _everyone(tenant: str, session: str) -> bool:
+    return True
+
+
+async def find_behind(
+    store: ProjectionStore,
+    projections: Sequence[Projection[Any]],
+    *,
+    idle_s: float = 2.0,
+    limit: int = 500,
+    window_s: float = 60.0,
+    sweep: Sweep | None = None,
+    sweep_page: int = 1000,
+    owns: Callable[[str, str], bool] = _everyone,
+) -> dict[Key, int]:
+    """Idle sessions some live projection misses events of, with the lowest seq applied."""
+    live = await store.live_generations()
+    upto = await store.sweep_end(sweep.after, sweep_page) if sweep is not None else None
+    behind: dict[Key, int] = {}
+    for projection in projections:
+        generation = live_generation(live, projection.name)
+        found: list[Behind] = await store.sessions_behind(
+            projection.name, generation, idle_s=idle_s, limit=limit, within_s=idle_s + window_s
+        )
+        if sweep is not None and upto is not None:
+            found += await store.sessions_behind_range(
+                projection.name,
+                generation,
+                idle_s=idle_s,
+                limit=limit,
+                after=sweep.after,
+                upto=upto,
+            )
+        for b in found:
+            key = (b.tenant, b.session)
+            if owns(*key):
+                behind[key] = min(behind.get(key, b.applied), b.applied)
+    if sweep is not None:
+        sweep.after = _START if upto is None else upto
+    return behind
+
+
+async def heal(store: ProjectionStore, applier: Applier, behind: Mapping[Key, int]) -> BatchResult:
+    """Apply, from the ledger, each session's events after the seq found applied."""
+    events: list[LedgerEvent] = []
+    for (tenant, session), applied in sorted(behind.items()):
+        events.extend(await store.ledger_range(tenant, session, applied))
+    if not events:
+        return BatchResult(applied=0, gap_filled=0)
+    return await applier.apply_events(events)
 
 
 async def reconcile(
-    conn: asyncpg.Connection,
+    store: ProjectionStore,
     applier: Applier,
     projections: Sequence[Projection[Any]],
     *,
     idle_s: float = 2.0,
     limit: int = 500,
-    owns: Callable[[str, str], bool] = lambda tenant, session: True,
+    owns: Callable[[str, str], bool] = _everyone,
+    window_s: float = 60.0,
+    sweep: Sweep | None = None,
+    sweep_page: int = 1000,
 ) -> BatchResult:
     """Apply, from the ledger, what idle sessions miss in any live projection."""
-    live = await live_generations(conn)
-    behind: dict[tuple[str, str], int] = {}
-    for projection in projections:
-        rows = await conn.fetch(
-            query("projection_behind"), projection.name, live[projection.name], idle_s, limit
-        )
-        for r in rows:
-            key = (r["tenant_id"], r["session_id"])
-            if owns(*key):
-                behind[key] = min(behind.get(key, r["applied"]), r["applied"])
-    events: list[LedgerEvent] = []
-    for (tenant, session), applied in sorted(behind.items()):
-        rows = await conn.fetch(query("ledger_range"), tenant, session, applied, 2**62)
-        events.extend(LedgerEvent.from_row(tenant, session, r) for r in rows)
-    if not events:
-        return BatchResult(applied=0, gap_filled=0)
-    return await applier.apply_events(conn, events)
+    if sweep is None:
+        sweep = _SWEEPS.setdefault(applier, Sweep())
+    behind = await find_behind(
+        store,
+        projections,
+        idle_s=idle_s,
+        limit=limit,
+        window_s=window_s,
+        sweep=sweep,
+        sweep_page=sweep_page,
+        owns=owns,
+    )
+    return await heal(store, applier, behind)

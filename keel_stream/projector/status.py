@@ -5,9 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-import asyncpg
-
-from keel_stream.store.sqlfiles import query
+from keel_stream.store.projection_state import ProjectionStore
 from topics.admin import high_water_marks
 from topics.catalog import EVENTS
 
@@ -28,35 +26,29 @@ class GenerationStatus:
 
 
 async def projection_status(
-    pool: asyncpg.Pool, bootstrap: str | None, topic_prefix: str = ""
+    store: ProjectionStore, bootstrap: str | None, topic_prefix: str = ""
 ) -> list[GenerationStatus]:
     topic = EVENTS.full_name(topic_prefix)
     highs = await high_water_marks(bootstrap, topic) if bootstrap else None
     result = []
-    async with pool.acquire() as conn:
-        for g in await conn.fetch(query("projection_generations")):
-            rows = await conn.fetch(
-                query("projection_offsets"), g["projection"], g["generation"], topic
+    for g in await store.generations():
+        offsets = await store.offsets(g.projection, g.generation, topic)
+        behind = await store.sessions_behind_ledger(g.projection, g.generation)
+        lag = (
+            sum(max(0, high - offsets.get(p, 0)) for p, high in highs.items())
+            if highs is not None
+            else None
+        )
+        result.append(
+            GenerationStatus(
+                projection=g.projection,
+                generation=g.generation,
+                status=g.status,
+                sessions=g.sessions,
+                sessions_behind_ledger=behind,
+                offsets=offsets,
+                lag=lag,
+                live_at=g.live_at,
             )
-            offsets = {r["partition"]: r["next_offset"] for r in rows}
-            behind = await conn.fetchval(
-                query("projection_sessions_behind_ledger"), g["projection"], g["generation"]
-            )
-            lag = (
-                sum(max(0, high - offsets.get(p, 0)) for p, high in highs.items())
-                if highs is not None
-                else None
-            )
-            result.append(
-                GenerationStatus(
-                    projection=g["projection"],
-                    generation=g["generation"],
-                    status=g["status"],
-                    sessions=int(g["sessions"]),
-                    sessions_behind_ledger=int(behind),
-                    offsets=offsets,
-                    lag=lag,
-                    live_at=g["live_at"],
-                )
-            )
+        )
     return result

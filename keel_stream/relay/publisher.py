@@ -5,28 +5,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
 from keel_stream.kafka.records import EventRecordCodec
+from keel_stream.store.outbox import OutboxRow
 from topics.admin import apply_catalog
 
-__all__ = ["OutboxRow", "PublishResult", "Publisher"]
-
-
-@dataclass(frozen=True, slots=True)
-class OutboxRow:
-    """One unpublished event, joined from the outbox and the ledger."""
-
-    id: int
-    tenant: str
-    session: str
-    seq: int
-    kind: str
-    payload: dict[str, Any]
-    committed_at: datetime
+__all__ = ["PublishResult", "Publisher"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +52,11 @@ class Publisher:
             max_batch_size=256 * 1024,
             client_id="keel-relay",
         )
-        await producer.start()
+        try:
+            await producer.start()
+        except BaseException:
+            await producer.stop()
+            raise
         return cls(bootstrap, topic, producer)
 
     async def publish(self, rows: Sequence[OutboxRow]) -> PublishResult:

@@ -5,6 +5,9 @@ stand by and try again every poll interval, so one takes over shortly after the 
 connection ends. The active relay wakes on NOTIFY, polls as a fallback, publishes batches and
 deletes a row only after the broker acknowledged it. When the broker is down, commits go on
 succeeding: the backlog waits in PostgreSQL and drains in order when the broker returns.
+
+Failures are retried only when transient (keel_stream.relay.retry), within a bound; anything
+else, or a transient failure past the bound, ends `run` with the error.
 """
 
 from __future__ import annotations
@@ -16,20 +19,20 @@ import socket
 import time
 from dataclasses import dataclass, field
 
-import asyncpg
+from aiokafka.errors import KafkaError
 
-from keel_stream.errors import StoreUnavailable
+from keel_stream.errors import StoreError
 from keel_stream.logs import get_logger
 from keel_stream.relay import metrics
-from keel_stream.relay.backoff import Backoff
-from keel_stream.relay.outbox import Shard
-from keel_stream.relay.publisher import OutboxRow, Publisher
-from keel_stream.store.connect import connect
+from keel_stream.relay.publisher import Publisher
+from keel_stream.relay.retry import Retrying, RetryPolicy
+from keel_stream.store.outbox import Outbox, OutboxRow, PostgresOutbox, Shard, ShardConnection
 from topics.catalog import EVENTS
 
 __all__ = ["Relay", "RelayConfig"]
 
 _BACKLOG_REFRESH_S = 1.0
+_CLOSE_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,7 @@ class RelayConfig:
     batch_size: int = 500
     poll_interval_s: float = 1.0
     relay_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
 
 
 async def _wait(event: asyncio.Event, seconds: float) -> None:
@@ -51,42 +55,51 @@ async def _wait(event: asyncio.Event, seconds: float) -> None:
 
 
 class Relay:
-    """Run with `await Relay(config).run(stop)`; returns when stop is set."""
+    """Run with `await Relay(outbox, config).run(stop)`; returns when stop is set."""
 
-    def __init__(self, config: RelayConfig) -> None:
+    def __init__(self, outbox: Outbox, config: RelayConfig) -> None:
+        self._outbox = outbox
         self._config = config
         self._topic = EVENTS.full_name(config.topic_prefix)
         self._log = get_logger("relay").bind(relay=config.relay_id, shard=config.shard.index)
 
+    @classmethod
+    def from_config(cls, config: RelayConfig) -> Relay:
+        """A relay on connections of its own to config.database_url, named after the relay."""
+        outbox = PostgresOutbox.connecting(
+            config.database_url, application_name=f"keel-relay:{config.relay_id}"
+        )
+        return cls(outbox, config)
+
     async def run(self, stop: asyncio.Event) -> None:
-        backoff = Backoff()
+        try:
+            await self._serve(stop)
+        except Exception as exc:
+            self._log.error("relay stopped", error=repr(exc))
+            raise
+
+    async def _serve(self, stop: asyncio.Event) -> None:
+        database = Retrying(self._config.retry, self._log)
         while not stop.is_set():
             try:
-                conn = await connect(
-                    self._config.database_url,
-                    application_name=f"keel-relay:{self._config.relay_id}",
-                )
-            except StoreUnavailable as exc:
-                self._log.warning("database unavailable", error=str(exc))
-                await _wait(stop, backoff.next_delay())
-                continue
-            try:
-                if await self._stand_by(conn, stop):
-                    backoff.reset()
-                    await self._lead(conn, stop)
-            except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError) as exc:
-                self._log.warning("lost the database; standing down", error=str(exc))
-                await _wait(stop, backoff.next_delay())
+                async with self._outbox.shard(self._config.shard) as shard:
+                    if await self._stand_by(shard, stop, database):
+                        await self._lead(shard, stop)
+            except StoreError as exc:
+                # The store failed: stand down (the lock goes with the connection) and retry.
+                await _wait(stop, database.delay_after(exc, "outbox"))
             finally:
                 metrics.ACTIVE.set(0)
-                with contextlib.suppress(Exception):
-                    await conn.close()
 
-    async def _stand_by(self, conn: asyncpg.Connection, stop: asyncio.Event) -> bool:
+    async def _stand_by(
+        self, shard: ShardConnection, stop: asyncio.Event, database: Retrying
+    ) -> bool:
         """Wait until this relay holds its shard's lock; False if stopped first."""
         announced = False
         while not stop.is_set():
-            if await self._config.shard.try_lead(conn):
+            leading = await shard.try_lead()
+            database.succeeded()
+            if leading:
                 self._log.info("active")
                 metrics.ACTIVE.set(1)
                 return True
@@ -96,65 +109,66 @@ class Relay:
             await _wait(stop, self._config.poll_interval_s)
         return False
 
-    async def _lead(self, conn: asyncpg.Connection, stop: asyncio.Event) -> None:
-        wake = asyncio.Event()
-        await conn.add_listener("keel_commits", lambda *_: wake.set())
+    async def _lead(self, shard: ShardConnection, stop: asyncio.Event) -> None:
+        wake = await shard.commit_wake_ups()
         publisher: Publisher | None = None
-        backoff = Backoff()
+        broker = Retrying(self._config.retry, self._log)
         last_backlog = 0.0
         try:
             while not stop.is_set():
                 if publisher is None:
                     # Opened before the first batch needs it, so events wait on no handshake.
-                    publisher = await self._open_publisher()
-                    if publisher is None:
-                        await _wait(stop, backoff.next_delay())
-                        continue
+                    publisher = await self._open_publisher(broker, stop)
+                    continue
                 if time.monotonic() - last_backlog > _BACKLOG_REFRESH_S:
-                    backlog = await self._config.shard.backlog(conn)
+                    backlog = await shard.backlog()
                     metrics.BACKLOG.set(backlog.events)
                     metrics.OLDEST_AGE.set(backlog.oldest_s)
                     last_backlog = time.monotonic()
                 wake.clear()
-                rows = await self._config.shard.fetch(conn, self._config.batch_size)
+                rows = await shard.fetch(self._config.batch_size)
                 if not rows:
+                    broker.succeeded()  # nothing pending: no failure is going on
                     await _wait(wake, self._config.poll_interval_s)
                     continue
-                if await self._publish(conn, publisher, rows):
-                    backoff.reset()
-                else:
-                    await self._close(publisher)
-                    publisher = None
-                    await _wait(stop, backoff.next_delay())
+                error = await self._publish(shard, publisher, rows)
+                if error is None:
+                    broker.succeeded()
+                    continue
+                await self._close(publisher)
+                publisher = None
+                await _wait(stop, broker.delay_after(error, "publish"))
         finally:
             if publisher is not None:
                 await self._close(publisher)
 
-    async def _open_publisher(self) -> Publisher | None:
+    async def _open_publisher(self, broker: Retrying, stop: asyncio.Event) -> Publisher | None:
+        """A connected publisher; None after a transient failure (backed off already)."""
         try:
             return await Publisher.open(
                 self._config.bootstrap, self._topic, self._config.topic_prefix
             )
-        except Exception as exc:  # noqa: BLE001 - any broker failure: back off and retry
-            self._log.warning("broker unavailable", error=repr(exc))
+        except Exception as exc:  # noqa: BLE001 - classified in delay_after, which re-raises
             metrics.FAILURES.inc()
-            return None
+            delay = broker.delay_after(exc, "broker connect")
+        await _wait(stop, delay)
+        return None
 
     async def _publish(
-        self, conn: asyncpg.Connection, publisher: Publisher, rows: list[OutboxRow]
-    ) -> bool:
-        """Publish a batch and delete what was acknowledged; True if all of it was."""
+        self, shard: ShardConnection, publisher: Publisher, rows: list[OutboxRow]
+    ) -> BaseException | None:
+        """Publish a batch and delete what was acknowledged; why it stopped short, if it did."""
         result = await publisher.publish(rows)
         self._log.debug("published", rows=len(rows), acked=result.acked)
         acked = rows[: result.acked]
         if acked:
-            await self._config.shard.acknowledge(conn, [r.id for r in acked])
+            await shard.acknowledge([r.id for r in acked])
             now = time.time()
             for row in acked:
                 metrics.PUBLISH_LATENCY.observe(max(0.0, now - row.committed_at.timestamp()))
             metrics.PUBLISHED.inc(len(acked))
         if result.error is None:
-            return True
+            return None
         metrics.FAILURES.inc()
         self._log.warning(
             "publish failed; will resend",
@@ -162,8 +176,11 @@ class Relay:
             pending=len(rows) - len(acked),
             error=repr(result.error),
         )
-        return False
+        return result.error
 
     async def _close(self, publisher: Publisher) -> None:
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(publisher.close(), 10)
+        try:
+            await asyncio.wait_for(publisher.close(), _CLOSE_TIMEOUT_S)
+        except (KafkaError, OSError) as exc:
+            # The producer is dropped either way; what it could not flush stays in the outbox.
+            self._log.warning("closing the producer failed", error=repr(exc))

@@ -7,36 +7,20 @@ de-duplicate by (tenant, session, seq), so republishing what the topic still hol
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import asyncpg
-
-from keel_stream.store.driver_errors import translated
-from keel_stream.store.sqlfiles import query
+from keel_stream.store.connect import Pool
+from keel_stream.store.outbox import PostgresOutbox, RepublishReport
 
 __all__ = ["RepublishReport", "republish"]
 
 
-@dataclass(frozen=True, slots=True)
-class RepublishReport:
-    sessions: int
-    events: int
-
-
 async def republish(
-    pool: asyncpg.Pool,
+    pool: Pool,
     *,
     tenant: str | None = None,
     session: str | None = None,
     after_seq: int = 0,
 ) -> RepublishReport:
-    """Enqueue the ledger's events (all, a tenant's, or one session's) with seq > after_seq."""
-    async with translated("republish"):
-        targets = await pool.fetch(query("republish_sessions"), tenant, session)
-        events = 0
-        for target in targets:
-            async with pool.acquire() as conn, conn.transaction():
-                events += await conn.fetchval(
-                    query("republish_session"), target["tenant_id"], target["session_id"], after_seq
-                )
-    return RepublishReport(sessions=len(targets), events=events)
+    """Enqueue the ledger's events (all, a tenant's, or one session's) with seq > after_seq.
+
+    For a caller that holds a pool; one that holds an Outbox calls its `republish`."""
+    return await PostgresOutbox(pool).republish(tenant=tenant, session=session, after_seq=after_seq)

@@ -4,7 +4,9 @@ and the in-memory adapter that keeps the same rules."""
 from keel_stream.store.connect import Pool, connect, create_pool, pooled
 from keel_stream.store.memory import MemoryRuns, MemoryStore
 from keel_stream.store.migrate import MigrationReport, migrate
+from keel_stream.store.outbox import Outbox, PostgresOutbox
 from keel_stream.store.postgres import PostgresLedger
+from keel_stream.store.projection_state import PostgresProjectionStore, ProjectionStore
 from keel_stream.store.protocol import (
     MAX_READ_LIMIT,
     Claim,
@@ -29,9 +31,13 @@ __all__ = [
     "MemoryStore",
     "Metering",
     "MigrationReport",
+    "Outbox",
     "Pool",
     "PostgresLedger",
+    "PostgresOutbox",
+    "PostgresProjectionStore",
     "PostgresRuns",
+    "ProjectionStore",
     "Runs",
     "Settlement",
     "connect",

@@ -21,6 +21,7 @@ from keel_stream.projector.rebuild import rebuild
 from keel_stream.readmodels import ReadModels
 from keel_stream.relay import RelayConfig
 from keel_stream.store import PostgresLedger
+from keel_stream.store.projection_state import PostgresProjectionStore
 from projections import TRANSCRIPT, fold
 from tests.support.cli import run_keel
 from tests.support.kafka import KafkaServer
@@ -57,7 +58,7 @@ async def test_2000_events_fold_into_models_equal_to_the_ledger(
         await wait_until(
             lambda: models_equal_ledger_fold(pool), CONVERGE_S, "models equal to the ledger fold"
         )
-        models = ReadModels(pool)
+        models = ReadModels.from_pool(pool)
         await models.start()
         try:
             view = await models.get("run_status", "acme", sessions[0], min_seq=100, timeout_s=10)
@@ -165,7 +166,7 @@ async def test_rebuild_equals_live_and_readers_never_see_a_partial_model(
         history = await ledger_events(pool)
         violations: list[str] = []
         reading = True
-        models = ReadModels(pool)
+        models = ReadModels.from_pool(pool)
 
         async def reader() -> None:
             seen: dict[str, int] = {}
@@ -181,7 +182,9 @@ async def test_rebuild_equals_live_and_readers_never_see_a_partial_model(
                 await asyncio.sleep(0)
 
         reading_task = asyncio.create_task(reader())
-        report = await rebuild(pool, kafka.bootstrap, "transcript", topic_prefix=topic_prefix)
+        report = await rebuild(
+            PostgresProjectionStore(pool), kafka.bootstrap, "transcript", topic_prefix=topic_prefix
+        )
         await asyncio.sleep(0.2)  # let the reader read the switched generation a few times
         reading = False
         await reading_task
@@ -200,13 +203,41 @@ async def test_rebuild_equals_live_and_readers_never_see_a_partial_model(
         assert await models_equal_ledger_fold(pool)
 
 
+async def test_a_batch_that_can_never_apply_stops_the_worker_loudly(
+    ledger: PostgresLedger,
+    pool: asyncpg.Pool,
+    database_dsn: str,
+    kafka: KafkaServer,
+    topic_prefix: str,
+    tmp_path: Path,
+) -> None:
+    sessions = await make_sessions(ledger, 2)
+    # With no live transcript generation, no batch can apply however often it is retried: the
+    # worker must exit non-zero with the cause rather than stall its partitions retrying.
+    await pool.execute(
+        "UPDATE projection_generations SET status = 'retired' WHERE projection = 'transcript'"
+    )
+    async with relay_task(RelayConfig(database_dsn, kafka.bootstrap, topic_prefix)):
+        worker = await ProjectorProcess(
+            database_dsn, kafka.bootstrap, topic_prefix, tmp_path
+        ).start()
+        try:
+            await converse_all(ledger, pool, sessions, cycles=1)
+            assert worker.process is not None
+            status = await asyncio.wait_for(worker.process.wait(), CONVERGE_S)
+        finally:
+            await worker.stop(signal.SIGKILL)
+    assert status != 0
+    assert "has no live generation" in worker.log.read_text()
+
+
 async def test_read_models_errors(
     ledger: PostgresLedger, pool: asyncpg.Pool, session: tuple[str, str]
 ) -> None:
     await ledger.commit(
         CommitRequest(tenant_id="acme", session_id="s1", kind="user.message", payload={})
     )
-    models = ReadModels(pool)
+    models = ReadModels.from_pool(pool)
     with pytest.raises(UnknownProjection):
         await models.get("nope", "acme", "s1")
     with pytest.raises(SessionNotFound):

@@ -17,7 +17,7 @@ from keel_stream.relay import Relay, RelayConfig
 @contextlib.asynccontextmanager
 async def relay_task(config: RelayConfig) -> AsyncIterator[Relay]:
     """A relay running as a task of the test's event loop until the block ends."""
-    relay = Relay(config)
+    relay = Relay.from_config(config)
     stop = asyncio.Event()
     task = asyncio.create_task(relay.run(stop))
     try:
