@@ -31,9 +31,14 @@ Every error carries a stable machine-readable ``code`` and a ``retriable`` flag;
     │   ├── ProjectionBehind            a read model did not reach min_seq in time (retriable)
     │   ├── MigrationFailed             a migration file failed; later files were not applied
     │   └── MigrationDrift              an applied migration file was changed afterwards
-    └── BrokerError                     Kafka refused or failed a request (translated at the seam)
-        ├── BrokerUnavailable           the broker could not be reached or timed out (retriable)
-        └── TopicMissing                a topic the platform needs does not exist (apply topics)
+    ├── BrokerError                     Kafka refused or failed a request (translated at the seam)
+    │   ├── BrokerUnavailable           the broker could not be reached or timed out (retriable)
+    │   └── TopicMissing                a topic the platform needs does not exist (apply topics)
+    └── ConfigurationError              a process cannot start as configured (CLI exit status 2)
+        ├── InvalidSetting              a KEEL_* variable or flag that does not parse
+        ├── MissingDatabaseUrl          no database configured where one is needed
+        ├── MissingKafkaBootstrap       no broker configured where one is needed
+        └── PortInUse                   a port a server must listen on is taken (exit status 1)
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from typing import ClassVar
 __all__ = [
     "BrokerError",
     "BrokerUnavailable",
+    "ConfigurationError",
     "Conflict",
     "ExternalSession",
     "ExternalSessionClosed",
@@ -54,6 +60,7 @@ __all__ = [
     "InvalidPage",
     "InvalidPayload",
     "InvalidRequest",
+    "InvalidSetting",
     "KeelError",
     "KeyMismatch",
     "KeyNotAllowed",
@@ -62,9 +69,12 @@ __all__ = [
     "LeaseFenced",
     "MigrationDrift",
     "MigrationFailed",
+    "MissingDatabaseUrl",
+    "MissingKafkaBootstrap",
     "NotExternalSession",
     "NotFound",
     "PayloadRule",
+    "PortInUse",
     "ProjectionBehind",
     "SessionExists",
     "SessionNotFound",
@@ -314,3 +324,33 @@ class TopicMissing(BrokerError):
     """A topic the platform needs does not exist: run `keel-stream topics apply`."""
 
     code = "topic_missing"
+
+
+class ConfigurationError(KeelError):
+    """A process cannot start as configured; nothing was started."""
+
+    code = "configuration_error"
+
+
+class InvalidSetting(ConfigurationError):
+    """A KEEL_* variable (or the flag standing in for it) does not parse or is out of range."""
+
+    code = "invalid_setting"
+
+
+class MissingDatabaseUrl(ConfigurationError):
+    """The command needs PostgreSQL: neither --database-url nor KEEL_DATABASE_URL is set."""
+
+    code = "missing_database_url"
+
+
+class MissingKafkaBootstrap(ConfigurationError):
+    """The command needs a broker: neither --bootstrap nor KEEL_KAFKA_BOOTSTRAP is set."""
+
+    code = "missing_kafka_bootstrap"
+
+
+class PortInUse(ConfigurationError):
+    """The port a server was asked to listen on is taken."""
+
+    code = "port_in_use"

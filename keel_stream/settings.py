@@ -3,17 +3,28 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["KeelSettings"]
+__all__ = ["ENV_PREFIX", "KeelSettings", "LogLevel", "ProviderName", "env_var"]
+
+ENV_PREFIX = "KEEL_"
+
+LogLevel = Literal["debug", "info", "warning", "error", "critical"]
+ProviderName = Literal["fake", "openai"]
+
+
+def env_var(field: str) -> str:
+    """The environment variable of a settings field (api_port -> KEEL_API_PORT)."""
+    return f"{ENV_PREFIX}{field.upper()}"
 
 
 class KeelSettings(BaseSettings):
     """Everything keel-stream reads from its environment."""
 
-    model_config = SettingsConfigDict(env_prefix="KEEL_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
 
     database_url: str | None = None
     """PostgreSQL to use; unset: `keel-stream dev` starts an embedded one in data_dir."""
@@ -23,7 +34,7 @@ class KeelSettings(BaseSettings):
     """Prepended to every topic name (one cluster, several environments)."""
     data_dir: Path = Path(".keel")
     """Where embedded servers keep their data."""
-    log_level: str = "info"
+    log_level: LogLevel = "info"
     relay_batch_size: int = Field(default=500, ge=1, le=10_000)
     relay_poll_interval_s: float = Field(default=1.0, gt=0)
     """Poll fallback when no NOTIFY arrives; also how often a standby tries to take over."""
@@ -32,7 +43,7 @@ class KeelSettings(BaseSettings):
     projector_reconcile_every_s: float = Field(default=2.0, gt=0)
     projector_reconcile_idle_s: float = Field(default=2.0, ge=0)
     """A session is reconciled from the ledger only after this long without a commit."""
-    provider: str = "fake"
+    provider: ProviderName = "fake"
     """The model provider of workers: fake (deterministic, the default) or openai."""
     openai_base_url: str = "https://api.openai.com/v1"
     openai_api_key: str | None = None
@@ -47,5 +58,10 @@ class KeelSettings(BaseSettings):
     api_port: int = Field(default=8080, ge=0, le=65535)
     dev_api_key: str | None = None
     """`keel-stream dev` uses this API key (for tenant "dev") instead of a random one."""
-    metrics_port: int | None = None
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)
     """Serve Prometheus metrics on this port (relay); unset: not served."""
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower_case_level(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value

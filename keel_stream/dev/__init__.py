@@ -1,1 +1,3 @@
-"""Embedded servers behind `keel-stream dev`: defaults that run anywhere."""
+"""`keel-stream dev`: embedded servers that run anywhere, the supervisor that runs the platform on
+them, and what the single-component commands share with it (components configured from
+settings, stopping on signals)."""

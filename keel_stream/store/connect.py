@@ -9,6 +9,7 @@ from typing import Any, TypeAlias
 import asyncpg
 import orjson
 
+from keel_stream.errors import StoreUnavailable
 from keel_stream.store.driver_errors import translated
 
 __all__ = ["Pool", "connect", "create_pool", "init_connection", "pooled"]
@@ -48,7 +49,8 @@ async def create_pool(dsn: str, *, min_size: int = 1, max_size: int = 10) -> asy
         pool = await asyncpg.create_pool(
             dsn, min_size=min_size, max_size=max_size, init=init_connection
         )
-    assert pool is not None
+    if pool is None:  # only when the pool is created lazily, which keel never asks for
+        raise StoreUnavailable("connect: the pool did not start")
     return pool
 
 

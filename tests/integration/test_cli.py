@@ -6,29 +6,20 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import asyncpg
 import pytest
 
-from keel_stream.api.keys import KeyStore
-from tests.support.cli import run_keel
+from keel_stream import __version__
+from keel_stream.store.keys import KeyStore
+from tests.support.cli import KEEL, one_line_error, run_keel
+from tests.support.cli import run_keel_sync as run
 from tests.support.postgres import PgServer, create_database, database_url, unique_name
 
-KEEL = [sys.executable, "-m", "keel_stream"]
-
-
-def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*KEEL, *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, **(env or {})},
-        check=False,
-    )
+UNREACHABLE_DSN = "postgresql://nobody@127.0.0.1:1/none"
+UNREACHABLE_BROKER = "127.0.0.1:1"
 
 
 async def test_migrate_command_is_rerunnable(pg_server: PgServer) -> None:
@@ -48,14 +39,12 @@ def test_migrate_without_a_database_is_a_clear_error() -> None:
     result = subprocess.run(
         [*KEEL, "migrate"], capture_output=True, text=True, env=env, timeout=60, check=False
     )
-    assert result.returncode == 2
-    assert "missing_database_url" in result.stderr
+    assert "KEEL_DATABASE_URL" in one_line_error(result, "missing_database_url", 2)
 
 
 def test_migrate_against_unreachable_database_fails_with_a_code() -> None:
-    result = run("migrate", "--database-url", "postgresql://nobody@127.0.0.1:1/none")
-    assert result.returncode == 1
-    assert "store_unavailable" in result.stderr
+    result = run("migrate", "--database-url", UNREACHABLE_DSN)
+    one_line_error(result, "store_unavailable", 1)
 
 
 def test_dev_runs_embedded_until_sigterm_and_leaves_nothing_behind(tmp_path: Path) -> None:
@@ -125,6 +114,99 @@ def test_help(command: str) -> None:
     assert "Usage" in result.stdout
 
 
+def test_version() -> None:
+    result = run("--version")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"keel-stream {__version__}"
+
+
+def test_options_show_the_variable_they_are_bound_to() -> None:
+    result = run("api", "--help", env={"COLUMNS": "200"})
+    assert result.returncode == 0, result.stderr
+    for variable in ("KEEL_DATABASE_URL", "KEEL_KAFKA_BOOTSTRAP", "KEEL_API_HOST", "KEEL_API_PORT"):
+        assert variable in result.stdout
+
+
+def test_a_flag_overrides_its_variable() -> None:
+    result = run("migrate", "--database-url", UNREACHABLE_DSN, env={"KEEL_DATABASE_URL": "x"})
+    assert "127.0.0.1" in one_line_error(result, "store_unavailable", 1)
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "variable"),
+    [
+        (["api"], {"KEEL_API_PORT": "abc"}, "KEEL_API_PORT"),  # a bound option
+        (["api", "--port", "70000"], {}, "KEEL_API_PORT"),  # a flag out of the setting's range
+        (["migrate"], {"KEEL_API_PORT": "abc"}, "KEEL_API_PORT"),  # any command reads them all
+        (["worker"], {"KEEL_PROVIDER": "bogus"}, "KEEL_PROVIDER"),
+        (["migrate"], {"KEEL_RELAY_BATCH_SIZE": "0"}, "KEEL_RELAY_BATCH_SIZE"),
+        (["migrate"], {"KEEL_LOG_LEVEL": "loud"}, "KEEL_LOG_LEVEL"),
+    ],
+)
+def test_a_bad_setting_is_one_line(args: list[str], env: dict[str, str], variable: str) -> None:
+    result = run(*args, env={"KEEL_DATABASE_URL": UNREACHABLE_DSN, **env})
+    assert one_line_error(result, "invalid_setting", 2).startswith(f"{variable}: ")
+
+
+@pytest.mark.parametrize(
+    "args", [["topics", "apply"], ["topics", "describe"], ["tail", "--limit", "1"]]
+)
+def test_an_unreachable_broker_is_one_line(args: list[str]) -> None:
+    result = run(*args, env={"KEEL_KAFKA_BOOTSTRAP": UNREACHABLE_BROKER})
+    assert UNREACHABLE_BROKER.split(":")[0] in one_line_error(result, "broker_unavailable", 1)
+
+
+def test_a_busy_api_port_is_one_line() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run("api", "--port", str(port), env={"KEEL_DATABASE_URL": UNREACHABLE_DSN})
+    assert str(port) in one_line_error(result, "port_in_use", 1)
+
+
+def test_api_without_its_database_is_one_line() -> None:
+    result = run("api", "--port", "0", env={"KEEL_DATABASE_URL": UNREACHABLE_DSN})
+    one_line_error(result, "store_unavailable", 1)
+
+
+def test_dev_refuses_a_busy_port_before_starting_anything(tmp_path: Path) -> None:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("KEEL_DATABASE_URL", "KEEL_KAFKA_BOOTSTRAP")
+    }
+    env["KEEL_DATA_DIR"] = str(tmp_path / "keel")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        env["KEEL_API_PORT"] = str(taken.getsockname()[1])
+        result = subprocess.run(
+            [*KEEL, "dev"], capture_output=True, text=True, env=env, timeout=60, check=False
+        )
+    one_line_error(result, "port_in_use", 1)
+    assert not (tmp_path / "keel").exists(), "nothing may start when the port is taken"
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (["tail", "--kind", "user.mesage"], "unknown_kind"),
+        (["projections", "prune", "transcrpt"], "unknown_projection"),
+    ],
+)
+def test_closed_sets_are_checked_before_anything_runs(args: list[str], code: str) -> None:
+    result = run(*args, env={"KEEL_KAFKA_BOOTSTRAP": UNREACHABLE_BROKER})
+    assert "one of: " in one_line_error(result, code, 1)
+
+
+def test_help_lists_the_closed_sets() -> None:
+    rebuild = run("projections", "rebuild", "--help", env={"COLUMNS": "200"})
+    assert "transcript|run_status|sse" in rebuild.stdout
+    tail = run("tail", "--help", env={"COLUMNS": "200"})
+    assert "user.message" in tail.stdout
+
+
 async def test_tenants_and_keys_commands(database_dsn: str, pool: asyncpg.Pool) -> None:
     env = {"KEEL_DATABASE_URL": database_dsn}
     created = await run_keel("tenants", "create", "acme", "--name", "Acme", env=env)
@@ -139,11 +221,21 @@ async def test_tenants_and_keys_commands(database_dsn: str, pool: asyncpg.Pool) 
     assert await keys.tenant_for(key) == "acme"
     stored = await pool.fetchval("SELECT key_hash FROM api_keys WHERE key_id = $1", key_id)
     assert key not in stored, "only a hash of the key is stored"
+    listed = await run_keel("keys", "list", "--tenant", "acme", env=env)
+    assert listed.returncode == 0, listed.stderr
+    header, *rows = listed.stdout.splitlines()
+    assert header.split()[:4] == ["key", "id", "tenant", "created"]
+    assert [row.split()[:2] for row in rows] == [[key_id, "acme"]]
+    assert key not in listed.stdout, "a key is shown once, at creation"
     revoked = await run_keel("keys", "revoke", key_id, env=env)
     assert revoked.returncode == 0, revoked.stderr
     assert await keys.tenant_for(key) is None
+    active = await run_keel("keys", "list", env=env)
+    assert active.stdout.splitlines()[1:] == []
+    everything = await run_keel("keys", "list", "--revoked", env=env)
+    assert [row.split()[0] for row in everything.stdout.splitlines()[1:]] == [key_id]
     missing = await run_keel("keys", "create", "--tenant", "nobody", env=env)
-    assert missing.returncode == 1
+    one_line_error(missing, "not_found", 1)
 
 
 def test_sigterm_during_dev_start_up_leaves_nothing_behind(tmp_path: Path) -> None:

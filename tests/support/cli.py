@@ -1,11 +1,14 @@
-"""Running `keel-stream` as a child process from async tests."""
+"""Running `keel-stream` as a child process from tests, and reading how it failed."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import sys
 from dataclasses import dataclass
+
+KEEL = [sys.executable, "-m", "keel_stream"]
 
 
 @dataclass(frozen=True)
@@ -19,9 +22,7 @@ async def run_keel(
     *args: str, env: dict[str, str] | None = None, timeout_s: float = 120
 ) -> Finished:
     process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "keel_stream",
+        *KEEL,
         *args,
         env={**os.environ, **(env or {})},
         stdout=asyncio.subprocess.PIPE,
@@ -35,3 +36,31 @@ async def run_keel(
         raise
     assert process.returncode is not None
     return Finished(process.returncode, out.decode(), err.decode())
+
+
+def run_keel_sync(
+    *args: str, env: dict[str, str] | None = None, timeout_s: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*KEEL, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+
+
+def one_line_error(
+    result: Finished | subprocess.CompletedProcess[str], code: str, exit_code: int
+) -> str:
+    """The message of a failure reported as the CLI promises: exit status, a single
+    `error [code]: message` line on stderr, and no traceback anywhere."""
+    output = result.stdout + result.stderr
+    assert "Traceback" not in output, output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, output
+    prefix = f"error [{code}]: "
+    assert lines[0].startswith(prefix), output
+    assert result.returncode == exit_code, output
+    return lines[0].removeprefix(prefix)

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import keel_stream.errors as errors_module
-from keel_stream.errors import KeelError, ProjectionBehind, StoreUnavailable
+from keel_stream.errors import BrokerUnavailable, KeelError, ProjectionBehind, StoreUnavailable
 
 
 def _error_classes() -> list[type[KeelError]]:
@@ -25,4 +25,4 @@ def test_every_error_is_documented_in_the_tree() -> None:
 
 def test_only_transient_errors_are_retriable() -> None:
     retriable = {cls for cls in _error_classes() if cls.retriable}
-    assert retriable == {StoreUnavailable, ProjectionBehind}
+    assert retriable == {StoreUnavailable, ProjectionBehind, BrokerUnavailable}

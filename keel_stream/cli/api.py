@@ -1,0 +1,46 @@
+"""`keel-stream api`: serve AgentAPI."""
+
+from __future__ import annotations
+
+import asyncio
+
+from keel_stream.api.server import api_server
+from keel_stream.cli.options import (
+    ApiHost,
+    ApiPort,
+    Bootstrap,
+    DatabaseUrl,
+    load_settings,
+    require_database,
+)
+from keel_stream.cli.preflight import ensure_port_free
+from keel_stream.dev.components import api_config
+from keel_stream.store.admin import ping
+
+__all__ = ["PORT_HINT", "api"]
+
+PORT_HINT = "choose another with KEEL_API_PORT or --port (0 picks a free one)"
+
+
+def api(
+    database_url: DatabaseUrl = None,
+    bootstrap: Bootstrap = None,
+    host: ApiHost = None,
+    port: ApiPort = None,
+) -> None:
+    """Serve AgentAPI (REST + SSE) until SIGTERM, which drains open streams first."""
+    settings = load_settings(
+        database_url=database_url, kafka_bootstrap=bootstrap, api_host=host, api_port=port
+    )
+    dsn = require_database(settings)
+    ensure_port_free(settings.api_host, settings.api_port, hint=PORT_HINT)
+    server = api_server(
+        api_config(settings, dsn, settings.kafka_bootstrap), settings.api_host, settings.api_port
+    )
+
+    async def serve() -> None:
+        # The app connects in its lifespan, where a failure is only logged: check first.
+        await ping(dsn)
+        await server.serve()
+
+    asyncio.run(serve())

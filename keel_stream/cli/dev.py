@@ -1,0 +1,37 @@
+"""`keel-stream dev`: the whole platform on embedded defaults."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from keel_stream.cli.api import PORT_HINT
+from keel_stream.cli.options import ApiPort, Bootstrap, DatabaseUrl, DataDir, load_settings
+from keel_stream.cli.preflight import ensure_port_free
+from keel_stream.dev.supervisor import supervise
+
+__all__ = ["dev"]
+
+
+def dev(
+    database_url: DatabaseUrl = None,
+    bootstrap: Bootstrap = None,
+    data_dir: DataDir = None,
+    port: ApiPort = None,
+    once: Annotated[
+        bool, typer.Option("--once", help="Start, report and exit instead of serving.")
+    ] = False,
+) -> None:
+    """Run the whole platform on embedded defaults until Ctrl-C or SIGTERM.
+
+    Embedded PostgreSQL and broker unless KEEL_DATABASE_URL / KEEL_KAFKA_BOOTSTRAP are set.
+    """
+    settings = load_settings(
+        database_url=database_url, kafka_bootstrap=bootstrap, data_dir=data_dir, api_port=port
+    )
+    if not once:
+        ensure_port_free(settings.api_host, settings.api_port, hint=PORT_HINT)
+    status = supervise(settings, once=once, say=typer.echo)
+    if status:
+        raise typer.Exit(code=status)

@@ -1,0 +1,171 @@
+"""`keel-stream projections run|rebuild|prune|status`: the read models."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from keel_stream.cli.options import (
+    PROJECTIONS,
+    Bootstrap,
+    DatabaseUrl,
+    load_settings,
+    require_bootstrap,
+    require_database,
+)
+from keel_stream.cli.output import print_table
+from keel_stream.kafka.errors import kafka_translated
+from keel_stream.store import pooled
+from keel_stream.store.admin import prune as prune_retired
+from keel_stream.store.projection_state import PostgresProjectionStore
+
+if TYPE_CHECKING:
+    from keel_stream.projector.rebuild import Progress as RebuildProgress
+
+__all__ = ["app"]
+
+app = typer.Typer(no_args_is_help=True, help="The read models (Faust projections).")
+
+# The projector modules import Faust, which is slow to load: they are imported by the commands
+# that use them, so the rest of the CLI starts quickly.
+
+
+@app.command("run")
+def run(database_url: DatabaseUrl = None, bootstrap: Bootstrap = None) -> None:
+    """Run the Faust worker that keeps the read models live (until SIGTERM)."""
+    from keel_stream.projector.host import HostConfig, run_worker
+
+    settings = load_settings(database_url=database_url, kafka_bootstrap=bootstrap)
+    run_worker(
+        HostConfig(
+            database_url=require_database(settings),
+            bootstrap=require_bootstrap(settings),
+            topic_prefix=settings.topic_prefix,
+            data_dir=settings.data_dir,
+            batch_size=settings.projector_batch_size,
+            reconcile_every_s=settings.projector_reconcile_every_s,
+            reconcile_idle_s=settings.projector_reconcile_idle_s,
+        )
+    )
+
+
+@contextmanager
+def _progress_bar(name: str) -> Iterator[Callable[[RebuildProgress], None]]:
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn(
+            "{task.completed:,.0f} events  {task.fields[rate]:,.0f}/s  lag {task.fields[lag]}"
+        ),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, transient=False) as bar:
+        task = bar.add_task(f"rebuild {name}", total=None, rate=0.0, lag="?")
+
+        def show(progress: RebuildProgress) -> None:
+            total = None if progress.lag is None else progress.events + progress.lag
+            bar.update(
+                task,
+                completed=progress.events,
+                total=total,
+                rate=progress.events_per_s,
+                lag=progress.lag if progress.lag is not None else "?",
+            )
+
+        yield show
+
+
+Name = Annotated[
+    str,
+    typer.Argument(
+        metavar=PROJECTIONS.metavar,
+        callback=PROJECTIONS.one,
+        help="The read model.",
+        show_default=False,
+    ),
+]
+
+
+@app.command("rebuild")
+def rebuild(name: Name, database_url: DatabaseUrl = None, bootstrap: Bootstrap = None) -> None:
+    """Replay from offset zero into a new generation; switch readers once it has caught up."""
+    from keel_stream.projector.rebuild import rebuild as rebuild_projection
+
+    settings = load_settings(database_url=database_url, kafka_bootstrap=bootstrap)
+    dsn, servers = require_database(settings), require_bootstrap(settings)
+
+    async def work() -> str:
+        async with pooled(dsn) as pool, kafka_translated(f"rebuild {name}"):
+            with _progress_bar(name) as show:
+                report = await rebuild_projection(
+                    PostgresProjectionStore(pool),
+                    servers,
+                    name,
+                    topic_prefix=settings.topic_prefix,
+                    on_progress=show,
+                )
+        return (
+            f"{report.projection}: generation {report.generation} is live "
+            f"({report.events} events, {report.sessions} sessions, "
+            f"{report.healed_from_ledger} from the ledger, {report.seconds:.1f}s)"
+        )
+
+    typer.echo(asyncio.run(work()))
+
+
+@app.command("prune")
+def prune(
+    name: Annotated[
+        str | None,
+        typer.Argument(
+            metavar=PROJECTIONS.metavar, callback=PROJECTIONS.one, help="Only this read model."
+        ),
+    ] = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Delete retired generations (left behind by rebuilds); the live one is never touched."""
+    dsn = require_database(load_settings(database_url=database_url))
+
+    async def work() -> str:
+        async with pooled(dsn) as pool:
+            report = await prune_retired(pool, name)
+        return f"pruned {report.generations} retired generations ({report.states} states)"
+
+    typer.echo(asyncio.run(work()))
+
+
+@app.command("status")
+def status(database_url: DatabaseUrl = None, bootstrap: Bootstrap = None) -> None:
+    """Each projection's generations, stored offsets, lag and sessions behind the ledger."""
+    from keel_stream.projector.status import projection_status
+
+    settings = load_settings(database_url=database_url, kafka_bootstrap=bootstrap)
+    dsn = require_database(settings)
+
+    async def work() -> None:
+        async with pooled(dsn, max_size=2) as pool, kafka_translated("read offsets"):
+            store = PostgresProjectionStore(pool)
+            rows = await projection_status(store, settings.kafka_bootstrap, settings.topic_prefix)
+        print_table(
+            ["projection", "gen", "status", "sessions", "behind", "lag", "offsets"],
+            (
+                [
+                    r.projection,
+                    r.generation,
+                    r.status,
+                    r.sessions,
+                    r.sessions_behind_ledger,
+                    "?" if r.lag is None else r.lag,
+                    " ".join(f"{p}:{o}" for p, o in sorted(r.offsets.items())),
+                ]
+                for r in rows
+            ),
+            numeric=["gen", "sessions", "behind", "lag"],
+        )
+
+    asyncio.run(work())

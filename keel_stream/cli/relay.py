@@ -1,0 +1,85 @@
+"""`keel-stream relay` and `keel-stream republish`: the outbox to Kafka, and the ledger back
+into the outbox."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+import typer
+
+from keel_stream.cli.options import (
+    Bootstrap,
+    DatabaseUrl,
+    MetricsPort,
+    RelayShards,
+    load_settings,
+    require_bootstrap,
+    require_database,
+)
+from keel_stream.cli.preflight import ensure_port_free
+from keel_stream.dev.components import relay_config
+from keel_stream.dev.signals import until_signalled
+from keel_stream.relay import Relay, RelayConfig, Shard, republish
+from keel_stream.settings import KeelSettings
+from keel_stream.store import pooled
+
+__all__ = ["relay", "republish_command"]
+
+_METRICS_HOST = "127.0.0.1"
+
+
+def relay(
+    database_url: DatabaseUrl = None,
+    bootstrap: Bootstrap = None,
+    shard: Annotated[int, typer.Option(min=0, help="Outbox shard this relay serves.")] = 0,
+    shards: RelayShards = None,
+    metrics_port: MetricsPort = None,
+) -> None:
+    """Publish the outbox to Kafka until SIGTERM (one active relay per shard, others stand by)."""
+    settings = load_settings(
+        database_url=database_url,
+        kafka_bootstrap=bootstrap,
+        relay_shards=shards,
+        metrics_port=metrics_port,
+    )
+    config = _config(settings, shard)
+    if settings.metrics_port is not None:
+        from prometheus_client import start_http_server
+
+        ensure_port_free(
+            _METRICS_HOST, settings.metrics_port, hint="choose another with --metrics-port"
+        )
+        start_http_server(settings.metrics_port, addr=_METRICS_HOST)
+    asyncio.run(until_signalled(Relay.from_config(config).run))
+
+
+def _config(settings: KeelSettings, shard: int) -> RelayConfig:
+    if shard >= settings.relay_shards:
+        raise typer.BadParameter(
+            f"{shard} is not below the shard count ({settings.relay_shards})",
+            param_hint="--shard",
+        )
+    return relay_config(
+        settings,
+        require_database(settings),
+        require_bootstrap(settings),
+        Shard(index=shard, count=settings.relay_shards),
+    )
+
+
+def republish_command(
+    database_url: DatabaseUrl = None,
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant.")] = None,
+    session: Annotated[str | None, typer.Option(help="Only this session.")] = None,
+    after_seq: Annotated[int, typer.Option(min=0, help="Only events with a greater seq.")] = 0,
+) -> None:
+    """Re-seed keel.events.v1 from the ledger (the relay publishes what this enqueues)."""
+    dsn = require_database(load_settings(database_url=database_url))
+
+    async def work() -> str:
+        async with pooled(dsn, max_size=2) as pool:
+            report = await republish(pool, tenant=tenant, session=session, after_seq=after_seq)
+        return f"enqueued {report.events} events of {report.sessions} sessions"
+
+    typer.echo(asyncio.run(work()))
