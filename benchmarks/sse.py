@@ -30,10 +30,10 @@ from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
 from benchmarks.servers import postgres, scratch_database
-from keel_stream.store.keys import KeyStore
 from keel_stream.kafka.broker import free_port
 from keel_stream.kernel import CommitRequest
 from keel_stream.store import PostgresLedger, create_pool
+from keel_stream.store.keys import KeyStore
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -28,3 +28,51 @@ def test_ruff_format() -> None:
 def test_mypy_strict() -> None:
     result = _run("mypy")
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+PRODUCT = ("keel_stream", "topics", "projections")
+DRIVERS = ("asyncpg",)
+
+
+def _product_files() -> list[Path]:
+    return sorted(f for root in PRODUCT for f in (ROOT / root).rglob("*.py"))
+
+
+def test_modules_and_functions_stay_small() -> None:
+    import ast
+
+    too_big: list[str] = []
+    for path in _product_files():
+        source = path.read_text()
+        if len(source.splitlines()) > 400:
+            too_big.append(f"{path.relative_to(ROOT)}: {len(source.splitlines())} lines")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > 60:
+                    too_big.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {length}")
+    assert not too_big, "\n".join(too_big)
+
+
+def test_only_the_store_imports_the_database_driver() -> None:
+    import ast
+
+    outside: list[str] = []
+    for path in _product_files():
+        relative = path.relative_to(ROOT)
+        if relative.parts[:2] == ("keel_stream", "store"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Import | ast.ImportFrom):
+                continue
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                names = [node.module or ""]
+                if node.module == "keel_stream.store":
+                    names += [f"keel_stream.store.{alias.name}" for alias in node.names]
+            private = ("keel_stream.store.sqlfiles", "keel_stream.store.driver_errors")
+            if any(n.split(".")[0] in DRIVERS or n.startswith(private) for n in names):
+                outside.append(f"{relative}:{node.lineno}")
+    assert not outside, "SQL has one door, keel_stream/store/: " + ", ".join(outside)

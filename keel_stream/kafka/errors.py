@@ -36,7 +36,10 @@ def broker_error(action: str, exc: BaseException) -> KeelError:
         return TopicMissing(f"{action}: {exc}")
     retriable = isinstance(exc, _UNAVAILABLE) or bool(getattr(exc, "retriable", False))
     error_class = BrokerUnavailable if retriable else BrokerError
-    return error_class(f"{action}: {exc.__class__.__name__}: {exc}")
+    text = str(exc)
+    name = exc.__class__.__name__
+    # aiokafka's messages often start with the class name already; say it once.
+    return error_class(f"{action}: {text if text.startswith(name) else f'{name}: {text}'}")
 
 
 @asynccontextmanager

@@ -12,10 +12,10 @@ import httpx
 import pytest
 
 import keel_stream.store
-from keel_stream.store.keys import KeyStore
 from keel_stream.kafka.broker import EmbeddedBroker
 from keel_stream.kernel import CommitRequest
 from keel_stream.store import ExternalMarkers, PostgresLedger
+from keel_stream.store.keys import KeyStore
 from tests.support.api import Api, SseFrame, read_frames, serve_api
 from tests.support.kafka import KafkaServer
 from tests.support.postgres import unique_name

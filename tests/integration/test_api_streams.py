@@ -15,11 +15,11 @@ import asyncpg
 import httpx
 from aiokafka import AIOKafkaProducer
 
-from keel_stream.store.keys import KeyStore
 from keel_stream.kafka.broker import free_port
 from keel_stream.kafka.records import record_key
 from keel_stream.kernel import CommitRequest, LeaseToken
 from keel_stream.store import PostgresLedger
+from keel_stream.store.keys import KeyStore
 from keel_stream.store.runs import PostgresRuns
 from tests.support.api import SseFrame, read_frames, serve_api
 from tests.support.kafka import KafkaServer

@@ -11,6 +11,8 @@ class E:
     seq: int
     kind: str
     payload: dict[str, Any] = field(default_factory=dict)
+    tenant: str = "acme"
+    session: str = "s1"
 
 
 def user(seq: int) -> E:
