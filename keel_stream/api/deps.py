@@ -6,7 +6,8 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Final
 
-from fastapi import Depends, Header, Request
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from keel_stream.api.errors import ErrorBody, Unauthorized
 from keel_stream.api.hub import LiveHub
@@ -80,12 +81,21 @@ def config_of(request: Request) -> ApiConfig:
 Config = Annotated[ApiConfig, Depends(config_of)]
 
 
-async def tenant_of(request: Request, authorization: Annotated[str | None, Header()] = None) -> str:
-    """The tenant of the request's API key (`Authorization: Bearer <key>`)."""
-    scheme, _, key = (authorization or "").partition(" ")
-    if scheme.lower() != "bearer" or not key:
+_BEARER: Final = HTTPBearer(
+    auto_error=False, description="An API key of the tenant (`keel-stream keys create`)."
+)
+
+
+async def tenant_of(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)] = None,
+) -> str:
+    """The tenant of the request's API key (`Authorization: Bearer <key>`); our own 401 body
+    when it is missing or unknown (auto_error off: FastAPI's would be a 403 of another shape)."""
+    key = credentials.credentials.strip() if credentials is not None else ""
+    if not key:
         raise Unauthorized("send Authorization: Bearer <api key>")
-    tenant = await services_of(request).keys.tenant_for(key.strip())
+    tenant = await services_of(request).keys.tenant_for(key)
     if tenant is None:
         raise Unauthorized("unknown or revoked API key")
     return tenant

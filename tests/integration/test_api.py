@@ -93,6 +93,25 @@ async def test_sessions_create_get_list_and_page(api: Api) -> None:
         assert (bad.status_code, error_code(bad)) == (400, "invalid_identifier")
 
 
+async def test_a_listed_session_looks_as_it_does_on_its_own(api: Api) -> None:
+    async with api.client() as client:
+        await client.post("/v1/sessions", json={"id": "s9"})
+        await client.post("/v1/sessions/s9/input", json={"text": "hi"})
+        got = (await client.get("/v1/sessions/s9")).json()
+        listed = (await client.get("/v1/sessions")).json()["sessions"]
+    assert got["run"]["attempts"] is not None, "an input made the session owe a run"
+    assert [s for s in listed if s["id"] == "s9"] == [got]
+
+
+async def test_openapi_declares_the_bearer_scheme(api: Api) -> None:
+    async with api.client() as client:
+        schema = (await client.get("/openapi.json")).json()
+    schemes = schema["components"]["securitySchemes"]
+    assert any(s.get("scheme") == "bearer" for s in schemes.values())
+    list_sessions = schema["paths"]["/v1/sessions"]["get"]
+    assert list_sessions["security"], "the session routes require the key"
+
+
 async def test_other_tenants_session_is_404(
     api: Api, pool: asyncpg.Pool, ledger: PostgresLedger
 ) -> None:
