@@ -40,7 +40,7 @@ import orjson
 
 from benchmarks.servers import postgres, scratch_database
 from keel_stream.projector.reconcile import Sweep, find_behind
-from keel_stream.store import connect
+from keel_stream.store import PostgresProjectionStore, connect, create_pool
 from keel_stream.store.sqlfiles import query
 from projections import ALL
 
@@ -240,25 +240,25 @@ def _claim(conn: asyncpg.Connection) -> Timed:
     return claim
 
 
-def _reconcile_scan(conn: asyncpg.Connection) -> Timed:
+def _reconcile_scan(store: PostgresProjectionStore) -> Timed:
     """What the projector's reconcile reads on every tick, before it applies anything."""
     sweep = Sweep()
 
     async def scan() -> object:
-        behind = await find_behind(conn, ALL, sweep=sweep)
+        behind = await find_behind(store, ALL, sweep=sweep)
         assert len(behind) == 10, behind
         return behind
 
     return scan
 
 
-def _probes(conn: asyncpg.Connection) -> dict[str, Timed]:
+def _probes(conn: asyncpg.Connection, store: PostgresProjectionStore) -> dict[str, Timed]:
     """The queries timed at the start and deep in the data set (the list has its own)."""
     return {
         "claim": _claim(conn),
         "relay_fetch": lambda: conn.fetch(query("relay_fetch_batch"), BATCH, SHARDS, OWN_SHARD),
         "relay_backlog": lambda: conn.fetchrow(query("relay_backlog"), SHARDS, OWN_SHARD),
-        "reconcile_scan": _reconcile_scan(conn),
+        "reconcile_scan": _reconcile_scan(store),
     }
 
 
@@ -281,7 +281,9 @@ async def _list_figures(conn: asyncpg.Connection, repeat: int) -> tuple[float, f
     return await _median_ms(page(None), repeat), await _median_ms(page(cursor), repeat)
 
 
-async def _measure(conn: asyncpg.Connection, args: argparse.Namespace) -> dict[str, Any]:
+async def _measure(
+    conn: asyncpg.Connection, store: PostgresProjectionStore, args: argparse.Namespace
+) -> dict[str, Any]:
     started = time.perf_counter()
     stamped = await _has_column(conn, "sessions", "last_committed_at")
     with_events = args.sessions - args.sessions // 10
@@ -294,14 +296,18 @@ async def _measure(conn: asyncpg.Connection, args: argparse.Namespace) -> dict[s
     await _backlog(conn, OWN_BACKLOG, 1)
     await _vacuum(conn)
     await _touch_live(conn, stamped)
-    start = {name: await _median_ms(work, args.repeat) for name, work in _probes(conn).items()}
+    start = {
+        name: await _median_ms(work, args.repeat) for name, work in _probes(conn, store).items()
+    }
     await _grow(conn, first, args.sessions, args.tenants, per)
     await _leases(conn, args.leases - 5)
     await _backlog(conn, args.backlog, 2)
     await _vacuum(conn)
     built_s = time.perf_counter() - started
     await _touch_live(conn, stamped)
-    deep = {name: await _median_ms(work, args.repeat) for name, work in _probes(conn).items()}
+    deep = {
+        name: await _median_ms(work, args.repeat) for name, work in _probes(conn, store).items()
+    }
     start["list_sessions"], deep["list_sessions"] = await _list_figures(conn, args.repeat)
     events = await conn.fetchval("SELECT count(*) FROM events")
     return {"start": start, "deep": deep, "built_s": built_s, "events": events}
@@ -310,9 +316,11 @@ async def _measure(conn: asyncpg.Connection, args: argparse.Namespace) -> dict[s
 async def _run(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
     async with scratch_database(dsn) as bench_dsn:
         conn = await connect(bench_dsn)
+        pool = await create_pool(bench_dsn, min_size=1, max_size=2)
         try:
-            return await _measure(conn, args)
+            return await _measure(conn, PostgresProjectionStore(pool), args)
         finally:
+            await pool.close()
             await conn.close()
 
 

@@ -10,6 +10,7 @@ LEFT JOIN LATERAL (
     SELECT status, attempts, lease_epoch
     FROM runs
     WHERE runs.tenant_id = s.tenant_id AND runs.session_id = s.session_id
+    LIMIT 1  -- keeps the lookup per row: a plain join would be planned over all of runs
 ) AS r ON true
 WHERE s.tenant_id = $1 AND s.session_id > coalesce($2::text, '')
 ORDER BY s.session_id
