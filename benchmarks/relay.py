@@ -27,8 +27,8 @@ from benchmarks.servers import kafka, postgres, scratch_database
 from keel_stream.kafka.records import EventRecordCodec
 from keel_stream.kernel import CommitRequest
 from keel_stream.store import PostgresLedger, create_pool
-from topics.admin import apply_catalog
-from topics.catalog import EVENTS
+from keel_stream.topics.admin import apply_catalog
+from keel_stream.topics.catalog import EVENTS
 
 SESSIONS = 100
 WARM_UP = "warm-up"

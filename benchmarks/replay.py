@@ -24,12 +24,12 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from benchmarks.servers import kafka, postgres, scratch_database
 from keel_stream.kafka.records import EventRecordCodec
+from keel_stream.projections import ALL
 from keel_stream.projector.rebuild import rebuild
 from keel_stream.store import create_pool
 from keel_stream.store.projection_state import PostgresProjectionStore
-from projections import ALL
-from topics.admin import apply_catalog
-from topics.catalog import EVENTS
+from keel_stream.topics.admin import apply_catalog
+from keel_stream.topics.catalog import EVENTS
 
 
 async def load_ledger(pool: asyncpg.Pool, events: int, sessions: int) -> None:

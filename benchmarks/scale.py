@@ -39,10 +39,10 @@ import asyncpg
 import orjson
 
 from benchmarks.servers import postgres, scratch_database
+from keel_stream.projections import ALL
 from keel_stream.projector.reconcile import Sweep, find_behind
 from keel_stream.store import PostgresProjectionStore, connect, create_pool
 from keel_stream.store.sqlfiles import query
-from projections import ALL
 
 SHARDS: Final = 4
 OWN_SHARD: Final = 0

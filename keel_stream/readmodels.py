@@ -14,6 +14,7 @@ from typing import Any, Final
 
 from keel_stream.errors import InvalidPage, ProjectionBehind, UnknownProjection
 from keel_stream.kernel.commits import check_identifier
+from keel_stream.projections import ALL
 from keel_stream.store.connect import Pool
 from keel_stream.store.postgres import PostgresLedger
 from keel_stream.store.projection_state import (
@@ -22,7 +23,6 @@ from keel_stream.store.projection_state import (
     Subscription,
 )
 from keel_stream.store.protocol import Ledger
-from projections import ALL
 
 __all__ = ["ProjectionView", "ReadModels"]
 

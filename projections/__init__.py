@@ -2,10 +2,10 @@
 
 from typing import Any
 
-from projections.base import EventLike, Folded, Projection, SeqGap, fold, step
-from projections.run_status import RUN_STATUS, RunStatusProjection, RunStatusState
-from projections.sse import SSE, SseProjection, SseState, render_frame
-from projections.transcript import TRANSCRIPT, TranscriptProjection, TranscriptState
+from keel_stream.projections.base import EventLike, Folded, Projection, SeqGap, fold, step
+from keel_stream.projections.run_status import RUN_STATUS, RunStatusProjection, RunStatusState
+from keel_stream.projections.sse import SSE, SseProjection, SseState, render_frame
+from keel_stream.projections.transcript import TRANSCRIPT, TranscriptProjection, TranscriptState
 
 ALL: tuple[Projection[Any], ...] = (TRANSCRIPT, RUN_STATUS, SSE)
 

@@ -8,7 +8,7 @@ from typing import Any, Final
 
 from keel_stream.kernel.inputs import InputTally
 from keel_stream.kernel.vocabulary import Kind
-from projections.base import EventLike
+from keel_stream.projections.base import EventLike
 
 __all__ = ["RUN_STATUS", "RunStatusProjection", "RunStatusState"]
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-from projections.base import EventLike
-from topics.records import SseFrame
+from keel_stream.projections.base import EventLike
+from keel_stream.topics.records import SseFrame
 
 __all__ = ["SSE", "SseProjection", "SseState", "render_frame"]
 
@@ -24,7 +24,10 @@ class SseState:
 
 def render_frame(event: EventLike, committed_at: datetime | str) -> SseFrame:
     """The frame of one event; `data` is the event exactly as keel.events.v1 carries it."""
-    stamp = committed_at if isinstance(committed_at, str) else committed_at.isoformat()
+    if isinstance(committed_at, str):
+        stamp = committed_at
+    else:  # as the events topic writes it (UTC, with Z)
+        stamp = committed_at.isoformat().replace("+00:00", "Z")
     return SseFrame(
         tenant=event.tenant,
         session=event.session,

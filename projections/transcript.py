@@ -23,7 +23,7 @@ from typing import Any, Final
 from keel_stream.kernel.inputs import is_terminal_failure
 from keel_stream.kernel.validation import tool_call_blocks
 from keel_stream.kernel.vocabulary import Kind
-from projections.base import EventLike
+from keel_stream.projections.base import EventLike
 
 __all__ = ["TRANSCRIPT", "TranscriptProjection", "TranscriptState"]
 

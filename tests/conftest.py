@@ -9,6 +9,7 @@ import asyncpg
 import pytest
 
 from keel_stream.store import PostgresLedger, connect, create_pool, migrate
+from keel_stream.topics.admin import apply_catalog
 from tests.support.kafka import KafkaServer, find_kafka
 from tests.support.postgres import (
     PgServer,
@@ -18,7 +19,6 @@ from tests.support.postgres import (
     find_postgres,
     unique_name,
 )
-from topics.admin import apply_catalog
 
 
 @pytest.fixture(scope="session")

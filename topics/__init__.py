@@ -1,7 +1,7 @@
 """Topic catalog, record models and JSON Schemas; `topics.admin` applies them to a broker."""
 
-from topics.catalog import CATALOG, EVENTS, PARTIALS, SSE, TopicSpec, spec_named
-from topics.records import EventRecord, PartialFrame, SseFrame
+from keel_stream.topics.catalog import CATALOG, EVENTS, PARTIALS, SSE, TopicSpec, spec_named
+from keel_stream.topics.records import EventRecord, PartialFrame, SseFrame
 
 __all__ = [
     "CATALOG",

@@ -20,7 +20,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from topics.catalog import CATALOG, TopicSpec
+from keel_stream.topics.catalog import CATALOG, TopicSpec
 
 __all__ = [
     "ApplyReport",

@@ -7,7 +7,7 @@ from typing import Final
 
 from pydantic import BaseModel
 
-from topics.records import EventRecord, PartialFrame, SseFrame
+from keel_stream.topics.records import EventRecord, PartialFrame, SseFrame
 
 __all__ = ["CATALOG", "EVENTS", "PARTIALS", "SSE", "TopicSpec", "spec_named"]
 

@@ -1,6 +1,6 @@
 """JSON Schemas of the record values, generated from the models and checked in under schemas/.
 
-python -m topics.schemas          # rewrite topics/schemas/*.json from the models
+python -m keel_stream.topics.schemas          # rewrite topics/schemas/*.json from the models
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from topics.catalog import CATALOG, TopicSpec
+from keel_stream.topics.catalog import CATALOG, TopicSpec
 
 __all__ = ["SCHEMA_DIR", "generated_schema", "schema_path", "write_schemas"]
 

@@ -12,7 +12,7 @@ from aiokafka import AIOKafkaConsumer
 
 from keel_stream.analytics.dedupe import SeqDeduplicator
 from keel_stream.kafka.records import EventRecordCodec
-from topics.admin import admin_client
+from keel_stream.topics.admin import admin_client
 
 __all__ = ["TailOptions", "tail"]
 

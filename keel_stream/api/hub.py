@@ -20,7 +20,7 @@ from keel_stream.backoff import Backoff
 from keel_stream.logs import get_logger
 from keel_stream.store.connect import Pool
 from keel_stream.store.notifications import Listener
-from topics.catalog import PARTIALS, SSE
+from keel_stream.topics.catalog import PARTIALS, SSE
 
 __all__ = ["Frame", "LiveHub", "Partial", "Subscription", "Subscriptions", "Wake"]
 

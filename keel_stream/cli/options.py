@@ -22,8 +22,8 @@ from keel_stream.errors import (
 )
 from keel_stream.kernel import Kind
 from keel_stream.logs import configure_logging
+from keel_stream.projections import ALL
 from keel_stream.settings import KeelSettings, env_var
-from projections import ALL
 
 __all__ = [
     "KINDS",

@@ -13,7 +13,7 @@ from keel_stream.cli.options import KINDS, Bootstrap, load_settings, require_boo
 from keel_stream.dev.signals import until_signalled
 from keel_stream.errors import TopicMissing
 from keel_stream.kafka.errors import kafka_translated
-from topics.catalog import EVENTS
+from keel_stream.topics.catalog import EVENTS
 
 __all__ = ["tail_command"]
 

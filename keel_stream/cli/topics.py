@@ -10,7 +10,7 @@ import typer
 from keel_stream.cli.options import Bootstrap, load_settings, require_bootstrap
 from keel_stream.cli.output import print_table
 from keel_stream.kafka.errors import kafka_translated
-from topics.admin import ApplyReport, PartitionState, apply_catalog, describe_topics
+from keel_stream.topics.admin import ApplyReport, PartitionState, apply_catalog, describe_topics
 
 __all__ = ["app"]
 

@@ -29,8 +29,8 @@ from keel_stream.relay import Relay, Shard
 from keel_stream.settings import KeelSettings
 from keel_stream.store import pooled
 from keel_stream.store.admin import ensure_key, migrate_database, migration_summary
+from keel_stream.topics.admin import apply_catalog
 from keel_stream.worker.worker import Worker
-from topics.admin import apply_catalog
 
 __all__ = ["API_DID_NOT_START", "DEV_TENANT", "supervise"]
 

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Protocol
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = ["CommitRequest", "Event", "EventLike", "LeaseToken", "Submission"]
@@ -82,3 +83,42 @@ class Event(BaseModel):
     )
     payload: dict[str, Any] = Field(description="The payload as committed.")
     committed_at: datetime = Field(alias="committedAt", description="Commit time (UTC).")
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """(tenant, session): the per-session ordering key."""
+        return (self.tenant, self.session)
+
+    @classmethod
+    def trusted(
+        cls,
+        tenant: str,
+        session: str,
+        seq: int,
+        kind: str,
+        payload: dict[str, Any],
+        committed_at: datetime,
+    ) -> Event:
+        """An event from a source that already validated it (a ledger row, a record the relay
+        wrote), built without validating again: replays decode millions of them."""
+        return cls.model_construct(
+            tenant=tenant,
+            session=session,
+            seq=seq,
+            kind=kind,
+            payload=payload,
+            committed_at=committed_at,
+        )
+
+    @classmethod
+    def from_record(cls, value: bytes) -> Event:
+        """A keel.events.v1 record value, decoded once (trusted: the relay wrote it)."""
+        d = orjson.loads(value)
+        return cls.trusted(
+            d["tenant"],
+            d["session"],
+            d["seq"],
+            d["kind"],
+            d["payload"],
+            datetime.fromisoformat(d["committedAt"]),
+        )

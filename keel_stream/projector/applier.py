@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from keel_stream.errors import StoreError
-from keel_stream.projector.events import LedgerEvent, SourceRecord
+from keel_stream.kernel.types import Event
+from keel_stream.projections.base import Folded, Projection, fresh
+from keel_stream.projector.events import SourceRecord
 from keel_stream.store.projection_state import (
     APPLIED,
     Key,
@@ -23,7 +25,6 @@ from keel_stream.store.projection_state import (
     ProjectionTransaction,
     StoredState,
 )
-from projections.base import Folded, Projection, fresh
 
 __all__ = [
     "Applier",
@@ -35,7 +36,7 @@ __all__ = [
     "write_states",
 ]
 
-FrameSink = Callable[[Sequence[LedgerEvent]], Awaitable[None]]
+FrameSink = Callable[[Sequence[Event]], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +59,8 @@ async def fold_sessions(
     tx: ProjectionTransaction,
     projection: Projection[Any],
     generation: int,
-    events: Mapping[Key, Sequence[LedgerEvent]],
-) -> tuple[dict[Key, Folded[Any]], list[LedgerEvent], int]:
+    events: Mapping[Key, Sequence[Event]],
+) -> tuple[dict[Key, Folded[Any]], list[Event], int]:
     """Fold each session's events onto its locked stored state.
 
     Returns the changed states, the events applied (in order, per session) and how many were
@@ -68,7 +69,7 @@ async def fold_sessions(
     keys = sorted(events)
     locked = await tx.lock_states(projection.name, generation, keys)
     changed: dict[Key, Folded[Any]] = {}
-    applied: list[LedgerEvent] = []
+    applied: list[Event] = []
     filled = 0
     for key in keys:
         stored = locked.get(key)
@@ -90,13 +91,13 @@ async def advance(
     projection: Projection[Any],
     folded: Folded[Any],
     key: Key,
-    events: Sequence[LedgerEvent],
-) -> tuple[Folded[Any], list[LedgerEvent], int]:
+    events: Sequence[Event],
+) -> tuple[Folded[Any], list[Event], int]:
     """Fold a session's new events onto its state, filling gaps from the ledger first.
 
     Returns the new state, the events it applied in seq order, and how many came from the ledger.
     """
-    run: list[LedgerEvent] = []
+    run: list[Event] = []
     filled = 0
     expected = folded.last_seq + 1
     for event in sorted(events, key=lambda e: e.seq):
@@ -124,8 +125,8 @@ async def write_states(
     await tx.write_states(projection.name, generation, states)
 
 
-def group_by_session(events: Iterable[LedgerEvent]) -> dict[Key, list[LedgerEvent]]:
-    grouped: dict[Key, list[LedgerEvent]] = defaultdict(list)
+def group_by_session(events: Iterable[Event]) -> dict[Key, list[Event]]:
+    grouped: dict[Key, list[Event]] = defaultdict(list)
     for event in events:
         grouped[event.key].append(event)
     return dict(grouped)
@@ -158,7 +159,7 @@ class Applier:
         return await self.apply_events([r.event for r in records], next_offsets)
 
     async def apply_events(
-        self, events: Sequence[LedgerEvent], next_offsets: Mapping[int, int] | None = None
+        self, events: Sequence[Event], next_offsets: Mapping[int, int] | None = None
     ) -> BatchResult:
         """Apply events (from the topic, or the ledger) to every live projection, in one
         transaction with the source offsets they came with."""

@@ -31,17 +31,18 @@ from mode.supervisors import CrashingSupervisor
 
 from keel_stream.kafka.errors import kafka_translated
 from keel_stream.kafka.records import record_key
+from keel_stream.kernel.types import Event
 from keel_stream.logs import get_logger
+from keel_stream.projections import ALL
+from keel_stream.projections.sse import render_frame
 from keel_stream.projector.applier import Applier, BatchResult
-from keel_stream.projector.events import LedgerEvent, SourceRecord
+from keel_stream.projector.events import SourceRecord
 from keel_stream.projector.reconcile import Sweep, find_behind, heal
 from keel_stream.relay.retry import Retrying, RetryPolicy, retrying
 from keel_stream.store.connect import Pool, create_pool
 from keel_stream.store.projection_state import PostgresProjectionStore, ProjectionStore
-from projections import ALL
-from projections.sse import render_frame
-from topics.admin import apply_catalog
-from topics.catalog import EVENTS, SSE
+from keel_stream.topics.admin import apply_catalog
+from keel_stream.topics.catalog import EVENTS, SSE
 
 __all__ = ["HostConfig", "build_app", "run_worker"]
 
@@ -111,7 +112,7 @@ class _Runtime:
                 self._producer = producer
             return self._producer
 
-    async def _publish_frames(self, events: Sequence[LedgerEvent]) -> None:
+    async def _publish_frames(self, events: Sequence[Event]) -> None:
         async with kafka_translated("publish sse frames"):
             producer = await self.producer()
             futures = []
@@ -180,9 +181,7 @@ def _transport(runtime: _Runtime, app: faust.App) -> AIOKafkaTransport:
 
 def _records(batch: Sequence[faust.EventT[bytes]]) -> list[SourceRecord]:
     return [
-        SourceRecord(
-            LedgerEvent.from_record(e.message.value), e.message.partition, e.message.offset
-        )
+        SourceRecord(Event.from_record(e.message.value), e.message.partition, e.message.offset)
         for e in batch
         if e.message.value is not None
     ]

@@ -20,17 +20,17 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from keel_stream.errors import UnknownProjection
+from keel_stream.kernel.types import Event
+from keel_stream.projections import ALL
+from keel_stream.projections.base import Folded, Projection
 from keel_stream.projector.applier import advance, fold_sessions, write_states
-from keel_stream.projector.events import LedgerEvent
 from keel_stream.store.projection_state import (
     SWITCHED,
     Key,
     ProjectionStore,
     ProjectionTransaction,
 )
-from projections import ALL
-from projections.base import Folded, Projection
-from topics.catalog import EVENTS
+from keel_stream.topics.catalog import EVENTS
 
 __all__ = ["Progress", "RebuildReport", "rebuild"]
 
@@ -164,9 +164,9 @@ class _Replay:
         self.healed = 0
 
     async def add(self, batch: list[tuple[int, int, bytes]]) -> None:
-        by_session: dict[Key, list[LedgerEvent]] = {}
+        by_session: dict[Key, list[Event]] = {}
         for partition, offset, value in batch:
-            event = LedgerEvent.from_record(value)
+            event = Event.from_record(value)
             by_session.setdefault(event.key, []).append(event)
             self.next_offsets[partition] = offset + 1
         for key, session_events in by_session.items():

@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from typing import Any, Final
 from weakref import WeakKeyDictionary
 
+from keel_stream.kernel.types import Event
+from keel_stream.projections.base import Projection
 from keel_stream.projector.applier import Applier, BatchResult, live_generation
-from keel_stream.projector.events import LedgerEvent
 from keel_stream.store.projection_state import Behind, ProjectionStore
-from projections.base import Projection
 
 __all__ = ["Sweep", "find_behind", "heal", "reconcile"]
 
@@ -87,7 +87,7 @@ async def find_behind(
 
 async def heal(store: ProjectionStore, applier: Applier, behind: Mapping[Key, int]) -> BatchResult:
     """Apply, from the ledger, each session's events after the seq found applied."""
-    events: list[LedgerEvent] = []
+    events: list[Event] = []
     for (tenant, session), applied in sorted(behind.items()):
         events.extend(await store.ledger_range(tenant, session, applied))
     if not events:

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from keel_stream.store.projection_state import ProjectionStore
-from topics.admin import high_water_marks
-from topics.catalog import EVENTS
+from keel_stream.topics.admin import high_water_marks
+from keel_stream.topics.catalog import EVENTS
 
 __all__ = ["GenerationStatus", "projection_status"]
 

@@ -11,7 +11,7 @@ from aiokafka import AIOKafkaProducer
 
 from keel_stream.kafka.records import EventRecordCodec
 from keel_stream.store.outbox import OutboxRow
-from topics.admin import apply_catalog
+from keel_stream.topics.admin import apply_catalog
 
 __all__ = ["PublishResult", "Publisher"]
 

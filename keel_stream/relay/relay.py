@@ -27,7 +27,7 @@ from keel_stream.relay import metrics
 from keel_stream.relay.publisher import Publisher
 from keel_stream.relay.retry import Retrying, RetryPolicy
 from keel_stream.store.outbox import Outbox, OutboxRow, PostgresOutbox, Shard, ShardConnection
-from topics.catalog import EVENTS
+from keel_stream.topics.catalog import EVENTS
 
 __all__ = ["Relay", "RelayConfig"]
 

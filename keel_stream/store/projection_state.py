@@ -16,7 +16,7 @@ from typing import Any, Final, Protocol
 
 import asyncpg
 
-from keel_stream.projector.events import LedgerEvent
+from keel_stream.kernel.types import Event
 from keel_stream.store.driver_errors import translated
 from keel_stream.store.notifications import Listener
 from keel_stream.store.sqlfiles import query
@@ -79,7 +79,7 @@ class Subscription(Protocol):
 class LedgerReader(Protocol):
     async def ledger_range(
         self, tenant: str, session: str, after: int, upto: int = _LEDGER_END
-    ) -> list[LedgerEvent]:
+    ) -> list[Event]:
         """The session's committed events with after < seq <= upto, in seq order."""
         ...
 
@@ -187,10 +187,13 @@ class _Statements:
 
     async def ledger_range(
         self, tenant: str, session: str, after: int, upto: int = _LEDGER_END
-    ) -> list[LedgerEvent]:
+    ) -> list[Event]:
         async with translated("read ledger range"):
             rows = await self._db.fetch(query("ledger_range"), tenant, session, after, upto)
-        return [LedgerEvent.from_row(tenant, session, r) for r in rows]
+        return [
+            Event.trusted(tenant, session, r["seq"], r["kind"], r["payload"], r["committed_at"])
+            for r in rows
+        ]
 
     async def live_generations(self) -> dict[str, int]:
         async with translated("read live generations"):

@@ -17,10 +17,10 @@ import orjson
 
 from keel_stream.kernel import Event, Kind
 from keel_stream.logs import get_logger
+from keel_stream.projections.transcript import TranscriptState
 from keel_stream.worker.providers.base import Provider, ProviderFailed
 from keel_stream.worker.session_io import SessionIO
 from keel_stream.worker.signals import Signals, unless_stopped
-from projections.transcript import TranscriptState
 
 __all__ = ["CompactionPlan", "Compactor", "context_chars", "plan_compaction"]
 

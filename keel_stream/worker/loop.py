@@ -20,6 +20,7 @@ from typing import Any, Final
 from keel_stream.kernel import Event, InputTally, Kind, StopReason
 from keel_stream.kernel.validation import tool_call_blocks
 from keel_stream.logs import get_logger
+from keel_stream.projections.transcript import TRANSCRIPT, TranscriptState
 from keel_stream.store.protocol import Claim, Ledger, Runs
 from keel_stream.worker.answers import Answer, ask_model
 from keel_stream.worker.compaction import Compactor
@@ -29,7 +30,6 @@ from keel_stream.worker.session_io import Fenced, SessionIO
 from keel_stream.worker.settling import AttemptRecord, AttemptResult, Settler
 from keel_stream.worker.signals import Signals, Stopped, unless_stopped
 from keel_stream.worker.tools import run_tool
-from projections.transcript import TRANSCRIPT, TranscriptState
 
 __all__ = ["AgentLoop", "AttemptResult", "Signals"]
 

@@ -10,7 +10,7 @@ from aiokafka import AIOKafkaProducer
 
 from keel_stream.kafka.records import record_key
 from keel_stream.logs import get_logger
-from topics.records import PartialFrame
+from keel_stream.topics.records import PartialFrame
 
 __all__ = ["PartialsPublisher"]
 

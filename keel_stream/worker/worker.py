@@ -26,11 +26,11 @@ from keel_stream.store.worker_store import (
     memory_worker_store,
     postgres_worker_store,
 )
+from keel_stream.topics.catalog import PARTIALS
 from keel_stream.worker.loop import AgentLoop, Signals
 from keel_stream.worker.partials import PartialsPublisher
 from keel_stream.worker.providers.base import Provider
 from keel_stream.worker.providers.fake import FakeProvider
-from topics.catalog import PARTIALS
 
 __all__ = ["Worker", "WorkerConfig"]
 

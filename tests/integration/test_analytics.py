@@ -13,13 +13,13 @@ import orjson
 from keel_stream.kernel import CommitRequest, LeaseToken
 from keel_stream.relay import RelayConfig, republish
 from keel_stream.store import PostgresLedger
+from keel_stream.topics.catalog import EVENTS
 from tests.support.cli import run_keel
 from tests.support.kafka import KafkaServer, collect
 from tests.support.ledger import commit_round_robin, grant_lease, make_sessions, outbox_empty
 from tests.support.ordering import assert_each_once_in_order, has_all
 from tests.support.relays import relay_task
 from tests.support.wait import wait_until
-from topics.catalog import EVENTS
 
 ROOT = Path(__file__).resolve().parents[2]
 

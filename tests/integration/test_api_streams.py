@@ -21,12 +21,12 @@ from keel_stream.kernel import CommitRequest, LeaseToken
 from keel_stream.store import PostgresLedger
 from keel_stream.store.keys import KeyStore
 from keel_stream.store.runs import PostgresRuns
+from keel_stream.topics.catalog import PARTIALS
+from keel_stream.topics.records import PartialFrame
 from tests.support.api import SseFrame, read_frames, serve_api
 from tests.support.kafka import KafkaServer
 from tests.support.wait import wait_until
 from tests.support.workers import worker_task
-from topics.catalog import PARTIALS
-from topics.records import PartialFrame
 
 
 def trailing_partials(frames: list[SseFrame]) -> list[SseFrame]:

@@ -17,12 +17,12 @@ from keel_stream.errors import (
     UnknownProjection,
 )
 from keel_stream.kernel import CommitRequest
+from keel_stream.projections import TRANSCRIPT, fold
 from keel_stream.projector.rebuild import rebuild
 from keel_stream.readmodels import ReadModels
 from keel_stream.relay import RelayConfig
 from keel_stream.store import PostgresLedger
 from keel_stream.store.projection_state import PostgresProjectionStore
-from projections import TRANSCRIPT, fold
 from tests.support.cli import run_keel
 from tests.support.kafka import KafkaServer
 from tests.support.ledger import converse_all, make_sessions, outbox_empty

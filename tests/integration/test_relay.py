@@ -7,12 +7,12 @@ from prometheus_client import REGISTRY
 
 from keel_stream.relay import RelayConfig
 from keel_stream.store import PostgresLedger
+from keel_stream.topics.catalog import EVENTS
 from tests.support.kafka import KafkaServer, collect
 from tests.support.ledger import commit_round_robin, make_sessions, outbox_empty
 from tests.support.ordering import assert_each_once_in_order, has_all
 from tests.support.relays import relay_task
 from tests.support.wait import wait_until
-from topics.catalog import EVENTS
 
 
 def metric(name: str) -> float:

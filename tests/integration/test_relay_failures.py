@@ -14,14 +14,14 @@ from keel_stream.kernel import CommitRequest
 from keel_stream.relay import Relay, RelayConfig
 from keel_stream.store import PostgresLedger
 from keel_stream.store.outbox import RELAY_LOCK_CLASS
+from keel_stream.topics.admin import apply_catalog
+from keel_stream.topics.catalog import EVENTS
 from tests.support.kafka import KafkaServer, collect
 from tests.support.ledger import commit_round_robin, make_sessions, outbox_empty
 from tests.support.ordering import assert_each_once_in_order, has_all
 from tests.support.postgres import unique_name
 from tests.support.relays import RelayProcess, relay_processes, relay_task
 from tests.support.wait import wait_until
-from topics.admin import apply_catalog
-from topics.catalog import EVENTS
 
 FAST_RELAY = {"KEEL_RELAY_POLL_INTERVAL_S": "0.3", "KEEL_RELAY_BATCH_SIZE": "50"}
 

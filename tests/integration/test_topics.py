@@ -11,14 +11,14 @@ from aiokafka.admin import NewTopic
 
 from keel_stream.relay import RelayConfig
 from keel_stream.store import PostgresLedger
+from keel_stream.topics.admin import admin_client, apply_catalog, describe_topics
+from keel_stream.topics.catalog import CATALOG, EVENTS
 from tests.support.kafka import KafkaServer, collect
 from tests.support.ledger import commit_round_robin, make_sessions, outbox_empty
 from tests.support.ordering import has_all
 from tests.support.postgres import unique_name
 from tests.support.relays import relay_task
 from tests.support.wait import wait_until
-from topics.admin import admin_client, apply_catalog, describe_topics
-from topics.catalog import CATALOG, EVENTS
 
 
 async def test_apply_creates_missing_topics_once(kafka: KafkaServer) -> None:

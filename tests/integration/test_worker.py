@@ -13,6 +13,7 @@ from keel_stream.errors import LeaseFenced
 from keel_stream.kernel import CommitRequest, Event, LeaseToken, account_inputs
 from keel_stream.store import ExternalMarkers, PostgresLedger
 from keel_stream.store.runs import PostgresRuns as RunStore
+from keel_stream.topics.catalog import PARTIALS
 from tests.support.kafka import KafkaServer
 from tests.support.wait import wait_until
 from tests.support.workers import (
@@ -24,7 +25,6 @@ from tests.support.workers import (
     tool_call_committed,
     worker_task,
 )
-from topics.catalog import PARTIALS
 
 pytestmark = pytest.mark.usefixtures("one_summary_per_attempt")
 

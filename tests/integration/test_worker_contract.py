@@ -14,12 +14,12 @@ import asyncpg
 import pytest
 
 from keel_stream.kernel import Event, account_inputs
+from keel_stream.projections.transcript import TRANSCRIPT
 from keel_stream.store import PostgresLedger
 from keel_stream.store.runs import PostgresRuns as RunStore
 from keel_stream.worker.providers import OpenAIProvider
 from keel_stream.worker.providers.base import ProviderRequest
 from keel_stream.worker.providers.chat_wire import to_chat_messages
-from projections.transcript import TRANSCRIPT
 from tests.integration.test_worker import answers, assert_each_input_answered_once, say
 from tests.support.chat_server import ChatServer, Fault, chat_server
 from tests.support.wait import wait_until

@@ -14,8 +14,8 @@ from typing import Any
 
 import asyncpg
 
-from keel_stream.projector.events import LedgerEvent
-from projections import ALL, fold
+from keel_stream.kernel.types import Event
+from keel_stream.projections import ALL, fold
 
 
 class ProjectorProcess:
@@ -78,15 +78,17 @@ async def projector(
         await process.stop(signal.SIGKILL)
 
 
-async def ledger_events(pool: asyncpg.Pool) -> dict[tuple[str, str], list[LedgerEvent]]:
+async def ledger_events(pool: asyncpg.Pool) -> dict[tuple[str, str], list[Event]]:
     rows = await pool.fetch(
         "SELECT tenant_id, session_id, seq, kind, payload, committed_at FROM events"
         " ORDER BY tenant_id, session_id, seq"
     )
-    grouped: dict[tuple[str, str], list[LedgerEvent]] = {}
+    grouped: dict[tuple[str, str], list[Event]] = {}
     for r in rows:
         key = (r["tenant_id"], r["session_id"])
-        grouped.setdefault(key, []).append(LedgerEvent.from_row(key[0], key[1], r))
+        grouped.setdefault(key, []).append(
+            Event.trusted(key[0], key[1], r["seq"], r["kind"], r["payload"], r["committed_at"])
+        )
     return grouped
 
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from projections import (
+from keel_stream.projections import (
     ALL,
     RUN_STATUS,
     TRANSCRIPT,

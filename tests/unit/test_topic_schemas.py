@@ -6,15 +6,16 @@ import json
 
 import pytest
 
-from topics.catalog import CATALOG, TopicSpec
-from topics.schemas import generated_schema, schema_path
+from keel_stream.topics.catalog import CATALOG, TopicSpec
+from keel_stream.topics.schemas import generated_schema, schema_path
 
 
 @pytest.mark.parametrize("spec", CATALOG, ids=lambda s: s.name)
 def test_checked_in_schema_matches_the_model(spec: TopicSpec) -> None:
     checked_in = json.loads(schema_path(spec).read_text())
     assert checked_in == generated_schema(spec), (
-        f"{schema_path(spec).name} drifted from its model: run `python -m topics.schemas`"
+        f"{schema_path(spec).name} drifted from its model: "
+        "run `python -m keel_stream.topics.schemas`"
     )
 
 
