@@ -8,25 +8,37 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Final
 
 from keel_stream.errors import (
+    ExternalSession,
+    ExternalSessionClosed,
     FenceNotAllowed,
     FenceRequired,
+    IdempotencyConflict,
     InvalidIdentifier,
     InvalidPayload,
     KeyMismatch,
     KeyNotAllowed,
     KeyRequired,
     KindNotAllowedAtEdge,
+    NotExternalSession,
     PayloadRule,
 )
 from keel_stream.kernel.canonical import payload_digest
-from keel_stream.kernel.types import CommitRequest, LeaseToken
+from keel_stream.kernel.types import CommitRequest, LeaseToken, Submission
 from keel_stream.kernel.validation import validate_payload
 from keel_stream.kernel.vocabulary import EDGE_KINDS, CommitClass, Kind, KindSpec, spec_for
 
-__all__ = ["PreparedCommit", "check_identifier", "prepare", "require_edge_kind"]
+__all__ = [
+    "PreparedCommit",
+    "check_class_gate",
+    "check_identifier",
+    "prepare",
+    "replayed",
+    "require_edge_kind",
+]
 
 _IDENTIFIER: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
 _MAX_KEY_LENGTH: Final = 256
@@ -125,3 +137,34 @@ def prepare(request: CommitRequest) -> PreparedCommit:
         lease=request.lease,
         digest=payload_digest(payload),
     )
+
+
+def check_class_gate(commit: PreparedCommit, *, external: bool, closed: bool) -> bool:
+    """The commit-class gate, decided by the store under the session's lock (seed §2): refuses
+    a native write to an external session and an external event to a native or closed one.
+    True when the commit is owner-scoped on a native session: the store must check its fence."""
+    match commit.spec.commit_class:
+        case CommitClass.EDGE if external:
+            raise ExternalSession(f"session {commit.session_id!r} is owned externally")
+        case CommitClass.EXTERNAL if not external:
+            raise NotExternalSession(f"session {commit.session_id!r} is not external")
+        case CommitClass.EXTERNAL if closed:
+            raise ExternalSessionClosed(f"external session {commit.session_id!r} is closed")
+        case CommitClass.OWNER if external:
+            raise ExternalSession(f"session {commit.session_id!r} has no native owner")
+        case CommitClass.OWNER:
+            return True
+    return False
+
+
+def replayed(
+    commit: PreparedCommit, kind: str, digest: str, seq: int, committed_at: datetime
+) -> Submission:
+    """A retry of a committed request returns the original submission; the same key with
+    another payload or kind is a conflict (payloads compared by canonical digest)."""
+    if kind != commit.kind.value or digest != commit.digest:
+        raise IdempotencyConflict(
+            f"{commit.spec.key_field} {commit.key!r} was already committed at seq "
+            f"{seq} with a different payload"
+        )
+    return Submission(created=False, seq=seq, kind=kind, key=commit.key, committed_at=committed_at)

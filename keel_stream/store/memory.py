@@ -17,25 +17,21 @@ from datetime import UTC, datetime
 from typing import Final
 
 from keel_stream.errors import (
-    ExternalSession,
-    ExternalSessionClosed,
-    IdempotencyConflict,
     InvalidPage,
     InvalidPayload,
     LeaseFenced,
-    NotExternalSession,
     PayloadRule,
     SessionExists,
     SessionNotFound,
     TenantExists,
     TenantNotFound,
 )
-from keel_stream.kernel.commits import PreparedCommit, check_identifier, prepare
+from keel_stream.kernel.commits import check_class_gate, check_identifier, prepare, replayed
 from keel_stream.kernel.delivery import Delivery, with_effective_delivery
 from keel_stream.kernel.status import RunStatus
 from keel_stream.kernel.types import CommitRequest, Event, LeaseToken, Submission
 from keel_stream.kernel.validation import tool_call_blocks
-from keel_stream.kernel.vocabulary import CommitClass, Kind
+from keel_stream.kernel.vocabulary import Kind
 from keel_stream.store.protocol import (
     MAX_READ_LIMIT,
     Claim,
@@ -115,6 +111,10 @@ class MemoryStore:
         self._sessions[(tenant_id, session_id)] = _Session(external)
         return session_id
 
+    def session_keys(self) -> list[tuple[str, str]]:
+        """Every session's (tenant, session), in key order (the sessions table's order)."""
+        return sorted(self._sessions)
+
     def find(self, tenant_id: str, session_id: str) -> _Session | None:
         return self._sessions.get((tenant_id, session_id))
 
@@ -129,9 +129,15 @@ class MemoryStore:
     async def commit(self, request: CommitRequest) -> Submission:
         commit = prepare(request)
         session = self.session(commit.tenant_id, commit.session_id)
-        self._check_ownership(session, commit)
+        external = session.external
+        closed = external is not None and external.status == ExternalStatus.CLOSED
+        if check_class_gate(commit, external=external is not None, closed=closed):
+            run, lease = session.run, commit.lease
+            if run is None or lease is None or not _holds(run, lease):
+                raise LeaseFenced(f"lease {lease} does not hold session {commit.session_id!r}")
         if commit.dedupe_key is not None and commit.dedupe_key in session.keys:
-            return _replayed(commit, *session.keys[commit.dedupe_key])
+            original, digest = session.keys[commit.dedupe_key]
+            return replayed(commit, original.kind, digest, original.seq, original.committed_at)
         payload = commit.payload
         if commit.kind is Kind.USER_MESSAGE and payload.get("delivery") == Delivery.GUIDE:
             payload = with_effective_delivery(payload, self._attempt_active(session))
@@ -162,22 +168,6 @@ class MemoryStore:
             key=commit.key,
             committed_at=event.committed_at,
         )
-
-    def _check_ownership(self, session: _Session, commit: PreparedCommit) -> None:
-        external = session.external
-        match commit.spec.commit_class:
-            case CommitClass.EDGE if external is not None:
-                raise ExternalSession(f"session {commit.session_id!r} is owned externally")
-            case CommitClass.EXTERNAL if external is None:
-                raise NotExternalSession(f"session {commit.session_id!r} is not external")
-            case CommitClass.EXTERNAL if external and external.status == ExternalStatus.CLOSED:
-                raise ExternalSessionClosed(f"external session {commit.session_id!r} is closed")
-            case CommitClass.OWNER if external is not None:
-                raise ExternalSession(f"session {commit.session_id!r} has no native owner")
-            case CommitClass.OWNER:
-                run, lease = session.run, commit.lease
-                if run is None or lease is None or not _holds(run, lease):
-                    raise LeaseFenced(f"lease {lease} does not hold session {commit.session_id!r}")
 
     def _attempt_active(self, session: _Session) -> bool:
         run = session.run
@@ -239,21 +229,6 @@ def _call_exists(session: _Session, call_id: str | None) -> bool:
         for event in session.events
         if event.kind == Kind.ASSISTANT_MESSAGE
         for block in tool_call_blocks(event.payload)
-    )
-
-
-def _replayed(commit: PreparedCommit, original: Event, digest: str) -> Submission:
-    if original.kind != commit.kind.value or digest != commit.digest:
-        raise IdempotencyConflict(
-            f"{commit.spec.key_field} {commit.key!r} was already committed at seq "
-            f"{original.seq} with a different payload"
-        )
-    return Submission(
-        created=False,
-        seq=original.seq,
-        kind=original.kind,
-        key=commit.key,
-        committed_at=original.committed_at,
     )
 
 

@@ -8,23 +8,25 @@ from typing import Final
 import asyncpg
 
 from keel_stream.errors import (
-    ExternalSession,
-    ExternalSessionClosed,
-    IdempotencyConflict,
     InvalidPage,
     InvalidPayload,
     LeaseFenced,
-    NotExternalSession,
     PayloadRule,
     SessionExists,
     SessionNotFound,
     TenantExists,
     TenantNotFound,
 )
-from keel_stream.kernel.commits import PreparedCommit, check_identifier, prepare
+from keel_stream.kernel.commits import (
+    PreparedCommit,
+    check_class_gate,
+    check_identifier,
+    prepare,
+    replayed,
+)
 from keel_stream.kernel.delivery import Delivery, with_effective_delivery
 from keel_stream.kernel.types import CommitRequest, Event, Submission
-from keel_stream.kernel.vocabulary import CommitClass, Kind, StateOwner
+from keel_stream.kernel.vocabulary import Kind, StateOwner
 from keel_stream.store.driver_errors import translated
 from keel_stream.store.protocol import MAX_READ_LIMIT, ExternalMarkers, ExternalStatus
 from keel_stream.store.sqlfiles import query
@@ -75,7 +77,10 @@ class PostgresLedger:
         row = await conn.fetchrow(query("lock_session"), tenant, session)
         if row is None:
             raise SessionNotFound(f"session {session!r} not found")
-        await self._check_ownership(conn, commit, row["state_owner"], row["external_status"])
+        external = row["state_owner"] == _EXTERNAL
+        closed = row["external_status"] == ExternalStatus.CLOSED
+        if check_class_gate(commit, external=external, closed=closed):
+            await self._check_fence(conn, commit)
         if commit.dedupe_key is not None:
             # A statement of its own, after the lock: under READ COMMITTED it sees a retry that
             # committed while we waited for the lock. Folded into the locking statement, its
@@ -84,7 +89,13 @@ class PostgresLedger:
                 query("find_by_dedupe_key"), tenant, session, commit.dedupe_key
             )
             if original is not None:
-                return self._replayed(commit, original)
+                return replayed(
+                    commit,
+                    original["kind"],
+                    original["request_digest"],
+                    original["seq"],
+                    original["committed_at"],
+                )
         payload = commit.payload
         if commit.kind is Kind.USER_MESSAGE and payload.get("delivery") == Delivery.GUIDE:
             payload = with_effective_delivery(payload, await self._attempt_active(conn, commit))
@@ -113,30 +124,7 @@ class PostgresLedger:
             committed_at=appended["committed_at"],
         )
 
-    async def _check_ownership(
-        self,
-        conn: asyncpg.Connection,
-        commit: PreparedCommit,
-        state_owner: str,
-        external_status: str | None,
-    ) -> None:
-        """The class gate, decided under the session row lock."""
-        is_external = state_owner == _EXTERNAL
-        match commit.spec.commit_class:
-            case CommitClass.EDGE if is_external:
-                raise ExternalSession(f"session {commit.session_id!r} is owned externally")
-            case CommitClass.EXTERNAL if not is_external:
-                raise NotExternalSession(f"session {commit.session_id!r} is not external")
-            case CommitClass.EXTERNAL if external_status == ExternalStatus.CLOSED:
-                raise ExternalSessionClosed(f"external session {commit.session_id!r} is closed")
-            case CommitClass.OWNER:
-                await self._check_fence(conn, commit, is_external)
-
-    async def _check_fence(
-        self, conn: asyncpg.Connection, commit: PreparedCommit, is_external: bool
-    ) -> None:
-        if is_external:
-            raise ExternalSession(f"session {commit.session_id!r} has no native owner")
+    async def _check_fence(self, conn: asyncpg.Connection, commit: PreparedCommit) -> None:
         run = await conn.fetchrow(query("share_lock_run"), commit.tenant_id, commit.session_id)
         lease = commit.lease
         if (
@@ -153,21 +141,6 @@ class PostgresLedger:
     async def _attempt_active(self, conn: asyncpg.Connection, commit: PreparedCommit) -> bool:
         run = await conn.fetchrow(query("share_lock_run"), commit.tenant_id, commit.session_id)
         return run is not None and bool(run["attempt_active"])
-
-    @staticmethod
-    def _replayed(commit: PreparedCommit, original: asyncpg.Record) -> Submission:
-        if original["kind"] != commit.kind.value or original["request_digest"] != commit.digest:
-            raise IdempotencyConflict(
-                f"{commit.spec.key_field} {commit.key!r} was already committed at seq "
-                f"{original['seq']} with a different payload"
-            )
-        return Submission(
-            created=False,
-            seq=original["seq"],
-            kind=commit.kind.value,
-            key=commit.key,
-            committed_at=original["committed_at"],
-        )
 
     async def read_events(
         self, tenant_id: str, session_id: str, after: int = 0, limit: int = 100
