@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from keel_stream.errors import StoreError
 from keel_stream.kernel.types import Event
@@ -21,7 +22,6 @@ from keel_stream.store.projection_state import (
     APPLIED,
     Key,
     LedgerReader,
-    ProjectionStore,
     ProjectionTransaction,
     StoredState,
 )
@@ -29,6 +29,7 @@ from keel_stream.store.projection_state import (
 __all__ = [
     "Applier",
     "BatchResult",
+    "BatchStore",
     "FrameSink",
     "advance",
     "fold_sessions",
@@ -37,6 +38,12 @@ __all__ = [
 ]
 
 FrameSink = Callable[[Sequence[Event]], Awaitable[None]]
+
+
+class BatchStore(Protocol):
+    """What the applier asks of the store: a transaction per batch (a ProjectionStore is one)."""
+
+    def transaction(self) -> AbstractAsyncContextManager[ProjectionTransaction]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +144,7 @@ class Applier:
 
     def __init__(
         self,
-        store: ProjectionStore,
+        store: BatchStore,
         projections: Sequence[Projection[Any]],
         topic: str,
         frame_sink: FrameSink | None = None,

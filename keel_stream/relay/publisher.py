@@ -13,7 +13,7 @@ from keel_stream.kafka.records import EventRecordCodec
 from keel_stream.store.outbox import OutboxRow
 from keel_stream.topics.admin import apply_catalog
 
-__all__ = ["PublishResult", "Publisher"]
+__all__ = ["PublishResult", "Publisher", "acknowledged"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +22,27 @@ class PublishResult:
 
     acked: int
     error: BaseException | None
+
+
+def acknowledged(
+    results: Sequence[object], send_error: BaseException | None = None
+) -> PublishResult:
+    """A batch's outcome from its records' results, in send order (the broker's metadata, or the
+    exception the record failed with), and the error that stopped sending early, if one did.
+
+    Only the records from the first up to the first failure count as acknowledged: a record the
+    broker acknowledged after one that failed stays in the outbox and is sent again after it, so
+    each session's events reach the topic in seq order. The error is the one that stopped sending,
+    else the first failed record's.
+    """
+    acked = 0
+    error = send_error
+    for result in results:
+        if isinstance(result, BaseException):
+            error = error or result
+            break
+        acked += 1
+    return PublishResult(acked=acked, error=error)
 
 
 class Publisher:
@@ -75,13 +96,7 @@ class Publisher:
                 )
         except Exception as exc:  # noqa: BLE001 - a failed send ends the batch; acks count
             error = exc
-        acked = 0
-        for result in await asyncio.gather(*futures, return_exceptions=True):
-            if isinstance(result, BaseException):
-                error = error or result
-                break
-            acked += 1
-        return PublishResult(acked=acked, error=error)
+        return acknowledged(await asyncio.gather(*futures, return_exceptions=True), error)
 
     async def close(self) -> None:
         await self._producer.stop()

@@ -17,6 +17,7 @@ import contextlib
 import os
 import socket
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from aiokafka.errors import KafkaError
@@ -24,12 +25,12 @@ from aiokafka.errors import KafkaError
 from keel_stream.errors import StoreError
 from keel_stream.logs import get_logger
 from keel_stream.relay import metrics
-from keel_stream.relay.publisher import Publisher
+from keel_stream.relay.publisher import Publisher, PublishResult
 from keel_stream.relay.retry import Retrying, RetryPolicy
 from keel_stream.store.outbox import Outbox, OutboxRow, PostgresOutbox, Shard, ShardConnection
 from keel_stream.topics.catalog import EVENTS
 
-__all__ = ["Relay", "RelayConfig"]
+__all__ = ["Relay", "RelayConfig", "delete_acknowledged"]
 
 _BACKLOG_REFRESH_S = 1.0
 _CLOSE_TIMEOUT_S = 10.0
@@ -47,6 +48,22 @@ class RelayConfig:
     poll_interval_s: float = 1.0
     relay_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+
+async def delete_acknowledged(
+    shard: ShardConnection, rows: Sequence[OutboxRow], result: PublishResult
+) -> list[OutboxRow]:
+    """Delete from the outbox the rows of a batch the broker acknowledged (the first
+    `result.acked`, in outbox order) and return them; the rest stay, to be fetched and sent
+    again, from the first of them, in order."""
+    acked = list(rows[: result.acked])
+    if acked:
+        await shard.acknowledge([r.id for r in acked])
+        now = time.time()
+        for row in acked:
+            metrics.PUBLISH_LATENCY.observe(max(0.0, now - row.committed_at.timestamp()))
+        metrics.PUBLISHED.inc(len(acked))
+    return acked
 
 
 async def _wait(event: asyncio.Event, seconds: float) -> None:
@@ -160,13 +177,7 @@ class Relay:
         """Publish a batch and delete what was acknowledged; why it stopped short, if it did."""
         result = await publisher.publish(rows)
         self._log.debug("published", rows=len(rows), acked=result.acked)
-        acked = rows[: result.acked]
-        if acked:
-            await shard.acknowledge([r.id for r in acked])
-            now = time.time()
-            for row in acked:
-                metrics.PUBLISH_LATENCY.observe(max(0.0, now - row.committed_at.timestamp()))
-            metrics.PUBLISHED.inc(len(acked))
+        acked = await delete_acknowledged(shard, rows, result)
         if result.error is None:
             return None
         metrics.FAILURES.inc()
