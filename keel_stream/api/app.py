@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from keel_stream import __version__
-from keel_stream.api import ops, reads, runs, sessions, submissions
+from keel_stream.api import ops, reads, runs, sessions, submissions, tenant_config
 from keel_stream.api.deps import ApiConfig, Services
 from keel_stream.api.errors import install_error_handlers
 from keel_stream.api.hub import LiveHub
@@ -21,6 +21,7 @@ from keel_stream.store import PostgresLedger, create_pool
 from keel_stream.store.keys import KeyStore
 from keel_stream.store.runs import PostgresRuns
 from keel_stream.store.sessions import PostgresSessions
+from keel_stream.store.tenant_configs import TenantConfigs
 
 __all__ = ["ApiConfig", "create_app"]
 
@@ -40,6 +41,7 @@ def create_app(config: ApiConfig) -> FastAPI:
             models=models,
             runs=PostgresRuns(pool, "api", 1),
             hub=hub,
+            tenant_configs=TenantConfigs(pool),
         )
         try:
             yield
@@ -59,4 +61,5 @@ def create_app(config: ApiConfig) -> FastAPI:
     install_error_handlers(app)
     for router in (ops.router, sessions.router, submissions.router, reads.router, runs.router):
         app.include_router(router)
+    app.include_router(tenant_config.router)
     return app

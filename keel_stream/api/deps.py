@@ -19,6 +19,7 @@ from keel_stream.store import PostgresLedger
 from keel_stream.store.keys import KeyStore
 from keel_stream.store.runs import PostgresRuns
 from keel_stream.store.sessions import PostgresSessions, SessionRecord
+from keel_stream.store.tenant_configs import TenantConfigs
 
 __all__ = [
     "ERRORS",
@@ -63,6 +64,7 @@ class Services:
     models: ReadModels
     runs: PostgresRuns
     hub: LiveHub
+    tenant_configs: TenantConfigs
 
 
 def services_of(request: Request) -> Services:

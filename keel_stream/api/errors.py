@@ -11,6 +11,8 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from keel_stream import errors
+from keel_stream.gateway import errors as gateway
+from keel_stream.gateway.config_errors import ConfigNotFound, InvalidConfig
 
 __all__ = [
     "HTTP_ERROR_CODES",
@@ -52,6 +54,8 @@ class NoRunningAttempt(errors.Conflict):
 # Most specific class first.
 _STATUS: Final[tuple[tuple[type[errors.KeelError], int], ...]] = (
     (Unauthorized, 401),
+    (InvalidConfig, 400),
+    (ConfigNotFound, 404),
     (errors.InvalidRequest, 400),
     (errors.NotFound, 404),
     (errors.Conflict, 409),
@@ -60,6 +64,9 @@ _STATUS: Final[tuple[tuple[type[errors.KeelError], int], ...]] = (
     (errors.StoreError, 500),
     (errors.BrokerUnavailable, 503),
     (errors.BrokerError, 502),
+    (gateway.BackendTimeout, 504),
+    (gateway.BackendUnavailable, 503),
+    (gateway.GatewayError, 502),
 )
 
 

@@ -13,6 +13,7 @@ import typer
 from keel_stream import __version__
 from keel_stream.cli import api, dev, migrate, projections, relay, tail, tenants, topics, worker
 from keel_stream.cli.errors import KeelGroup
+from keel_stream.cli.sidecar import sidecar_ref
 
 __all__ = ["app", "main"]
 
@@ -51,6 +52,7 @@ app.command("api")(api.api)
 app.add_typer(tenants.tenants_app, name="tenants")
 app.add_typer(tenants.keys_app, name="keys")
 app.command("dev")(dev.dev)
+app.command("sidecar-ref")(sidecar_ref)
 
 
 def main() -> None:

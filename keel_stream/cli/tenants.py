@@ -4,20 +4,30 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime
+from pathlib import Path
 from typing import Annotated
 
+import orjson
 import typer
 
 from keel_stream.cli.options import DatabaseUrl, load_settings, require_database
 from keel_stream.cli.output import print_table
+from keel_stream.gateway.config import load_config_file, redacted
+from keel_stream.gateway.config_errors import ConfigNotFound
 from keel_stream.store import PostgresLedger, pooled
 from keel_stream.store.admin import KeyRow, list_keys
 from keel_stream.store.keys import KeyStore
+from keel_stream.store.tenant_configs import StoredConfig, TenantConfigs
 
-__all__ = ["keys_app", "tenants_app"]
+__all__ = ["config_app", "keys_app", "tenants_app"]
 
 tenants_app = typer.Typer(no_args_is_help=True, help="Tenants.")
 keys_app = typer.Typer(no_args_is_help=True, help="API keys (each acts for one tenant).")
+config_app = typer.Typer(
+    no_args_is_help=True,
+    help="The tenant's configuration document (external providers, models), versioned.",
+)
+tenants_app.add_typer(config_app, name="config")
 
 
 @tenants_app.command("create")
@@ -35,6 +45,45 @@ def create_tenant(
 
     asyncio.run(work())
     typer.echo(f"created tenant {tenant}")
+
+
+@config_app.command("set")
+def set_config(
+    tenant: Annotated[str, typer.Argument(help="The tenant id.")],
+    file: Annotated[Path, typer.Argument(help="The document, a JSON file.", dir_okay=False)],
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Store a new version of the tenant's document (validated first).
+
+    Values of env and headers must be secret references (${NAME}, env:NAME, secret:NAME); a
+    literal secret is refused and never stored."""
+    config = load_config_file(file)
+    dsn = require_database(load_settings(database_url=database_url))
+
+    async def work() -> int:
+        async with pooled(dsn, max_size=1) as pool:
+            return await TenantConfigs(pool).put(tenant, config)
+
+    typer.echo(f"stored config version {asyncio.run(work())} of tenant {tenant}")
+
+
+@config_app.command("show")
+def show_config(
+    tenant: Annotated[str, typer.Argument(help="The tenant id.")],
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Print the tenant's newest document (redacted: references only, never a value)."""
+    dsn = require_database(load_settings(database_url=database_url))
+
+    async def work() -> StoredConfig | None:
+        async with pooled(dsn, max_size=1) as pool:
+            return await TenantConfigs(pool).latest(tenant)
+
+    stored = asyncio.run(work())
+    if stored is None:
+        raise ConfigNotFound(f"tenant {tenant!r} has no configuration document")
+    shown = {"tenant": tenant, "version": stored.version, "document": redacted(stored.config)}
+    typer.echo(orjson.dumps(shown, option=orjson.OPT_INDENT_2).decode())
 
 
 @keys_app.command("create")

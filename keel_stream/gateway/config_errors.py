@@ -1,0 +1,20 @@
+"""The errors of the tenant configuration document (they join keel_stream.errors later)."""
+
+from __future__ import annotations
+
+from keel_stream.errors import InvalidRequest, NotFound
+
+__all__ = ["ConfigNotFound", "InvalidConfig"]
+
+
+class InvalidConfig(InvalidRequest):
+    """A tenant configuration document that breaks the schema: an unknown field, a literal
+    secret where only a reference is accepted, a declared variable missing at start-up."""
+
+    code = "invalid_config"
+
+
+class ConfigNotFound(NotFound):
+    """The tenant has no configuration document yet (`keel-stream tenants config set`)."""
+
+    code = "config_not_found"

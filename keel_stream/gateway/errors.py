@@ -1,0 +1,103 @@
+"""The errors of the external gateway, as part of the one exception tree (keel_stream.errors).
+
+    KeelError
+    └── GatewayError                    an external provider failed or broke the protocol
+        ├── BackendTimeout              no answer within the per-request timeout (-32001, retriable)
+        ├── RequestCancelled            the provider cancelled the request (-32002)
+        ├── BackendUnavailable          the provider or its session is gone (-32003, retriable)
+        ├── BackendCancelRefused        the provider cannot cancel; the turn was not stopped
+        ├── ActivationRefused           the handshake must not activate this provider
+        │   ├── IncompatibleVersion     a protocol revision this client cannot speak
+        │   └── WrongProviderKind       an AgentBackend where a ToolProvider was expected, or back
+        ├── ProtocolError               malformed JSON-RPC, unknown method, invalid params
+        └── RemoteError                 any other error the provider answered
+
+Every error carries the JSON-RPC error code it came from (``rpc_code``, None when none applies)
+and the error's ``data`` member.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from keel_stream.errors import KeelError
+
+__all__ = [
+    "ActivationRefused",
+    "BackendCancelRefused",
+    "BackendTimeout",
+    "BackendUnavailable",
+    "GatewayError",
+    "IncompatibleVersion",
+    "ProtocolError",
+    "RemoteError",
+    "RequestCancelled",
+    "WrongProviderKind",
+]
+
+
+class GatewayError(KeelError):
+    """An external provider failed, refused, or broke the protocol."""
+
+    code: ClassVar[str] = "gateway_error"
+
+    def __init__(self, message: str, *, rpc_code: int | None = None, data: Any = None) -> None:
+        super().__init__(message)
+        self.rpc_code = rpc_code
+        self.data = data
+
+
+class BackendTimeout(GatewayError):
+    """No answer within the per-request timeout (JSON-RPC -32001 semantics)."""
+
+    code = "backend_timeout"
+    retriable = True
+
+
+class RequestCancelled(GatewayError):
+    """The provider reports the request was cancelled (-32002)."""
+
+    code = "request_cancelled"
+
+
+class BackendUnavailable(GatewayError):
+    """The provider, its connection or the addressed session is gone (-32003)."""
+
+    code = "backend_unavailable"
+    retriable = True
+
+
+class BackendCancelRefused(GatewayError):
+    """The provider answered cancel with an error: the turn was NOT stopped."""
+
+    code = "backend_cancel_refused"
+
+
+class ActivationRefused(GatewayError):
+    """The handshake showed a provider this client must not activate."""
+
+    code = "activation_refused"
+
+
+class IncompatibleVersion(ActivationRefused):
+    """The provider speaks a protocol revision outside SUPPORTED_VERSIONS."""
+
+    code = "incompatible_version"
+
+
+class WrongProviderKind(ActivationRefused):
+    """The provider is of another kind than the connection was declared for."""
+
+    code = "wrong_provider_kind"
+
+
+class ProtocolError(GatewayError):
+    """A malformed message (-32700, -32600), an unknown method (-32601) or bad params (-32602)."""
+
+    code = "protocol_error"
+
+
+class RemoteError(GatewayError):
+    """The provider answered an error with a code outside the reserved and standard ones."""
+
+    code = "backend_error"

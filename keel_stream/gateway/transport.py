@@ -1,0 +1,139 @@
+"""The transport seam of the gateway client, and the stdio transport.
+
+A transport moves whole JSON-RPC messages; the client owns ids, timeouts and dispatch.  The
+framing is small and written here rather than borrowed: the ``mcp`` package's transports would
+fit the wire (they carry raw JSON-RPC messages), but its stdio client validates every message
+against MCP's own types, spawns the process its own way (no process-group reclaim of
+grandchildren, no explicit-only environment) and its HTTP client adds MCP session semantics;
+each would have to be worked around, and the package pulls in a dozen dependencies.
+
+stdio framing: one JSON message per line on stdin/stdout (UTF-8, ``\\n``-terminated); stderr is
+captured line by line into ``stderr_lines`` and the ``keel_stream.gateway`` log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from abc import ABC, abstractmethod
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from keel_stream.gateway.errors import BackendUnavailable, GatewayError, ProtocolError
+from keel_stream.gateway.jsonrpc import Message, RequestId, decode, encode_line
+from keel_stream.gateway.process import ProviderProcess
+
+__all__ = ["MessageSink", "StdioTransport", "Transport"]
+
+log = logging.getLogger("keel_stream.gateway")
+
+
+class MessageSink(Protocol):
+    """What a transport reports to its client."""
+
+    def on_message(self, message: Message) -> None: ...
+
+    def on_malformed(self, error: ProtocolError) -> None: ...
+
+    def on_request_failed(self, request_id: RequestId, error: GatewayError) -> None: ...
+
+    def on_closed(self, reason: str) -> None: ...
+
+
+class Transport(ABC):
+    """Carries JSON-RPC messages to one provider and reports what comes back to a sink."""
+
+    @abstractmethod
+    async def start(self, sink: MessageSink) -> None: ...
+
+    @abstractmethod
+    async def send(self, message: Message) -> None: ...
+
+    @abstractmethod
+    async def close(self) -> None: ...
+
+
+class StdioTransport(Transport):
+    """A provider spawned as a process; newline-delimited JSON on its stdin and stdout."""
+
+    def __init__(
+        self,
+        command: Sequence[str],
+        env: Mapping[str, str],
+        *,
+        cwd: str | None = None,
+        grace_s: float = 2.0,
+        term_s: float = 2.0,
+        stderr_keep: int = 200,
+    ) -> None:
+        self.command = list(command)
+        self.env = dict(env)
+        self.cwd = cwd
+        self.grace_s = grace_s
+        self.term_s = term_s
+        self.stderr_lines: deque[str] = deque(maxlen=stderr_keep)
+        self.process: ProviderProcess | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._write_lock = asyncio.Lock()
+
+    @property
+    def pgid(self) -> int | None:
+        return None if self.process is None else self.process.pgid
+
+    async def start(self, sink: MessageSink) -> None:
+        try:
+            self.process = await ProviderProcess.spawn(self.command, self.env, self.cwd)
+        except OSError as exc:
+            raise BackendUnavailable(f"cannot start provider {self.command[0]!r}: {exc}") from exc
+        self._tasks = [
+            asyncio.create_task(self._read_stdout(sink)),
+            asyncio.create_task(self._read_stderr()),
+        ]
+
+    async def _read_stdout(self, sink: MessageSink) -> None:
+        assert self.process is not None
+        assert self.process.proc.stdout is not None
+        stdout = self.process.proc.stdout
+        try:
+            while line := await stdout.readline():
+                if not line.strip():
+                    continue
+                try:
+                    message = decode(line)
+                except ProtocolError as exc:
+                    sink.on_malformed(exc)
+                    continue
+                sink.on_message(message)
+        except (ValueError, ConnectionError) as exc:  # an over-long line, a broken pipe
+            log.warning("stdio provider stdout failed: %s", exc)
+        sink.on_closed("the provider closed its stdout")
+
+    async def _read_stderr(self) -> None:
+        assert self.process is not None
+        assert self.process.proc.stderr is not None
+        stderr = self.process.proc.stderr
+        with contextlib.suppress(ValueError, ConnectionError):
+            while line := await stderr.readline():
+                text = line.decode(errors="replace").rstrip()
+                self.stderr_lines.append(text)
+                log.info("provider stderr: %s", text)
+
+    async def send(self, message: Message) -> None:
+        if self.process is None or self.process.proc.stdin is None:
+            raise GatewayError("the stdio transport is not started")
+        stdin = self.process.proc.stdin
+        async with self._write_lock:
+            if stdin.is_closing():
+                raise ConnectionError("the provider's stdin is closed")
+            stdin.write(encode_line(message))
+            await stdin.drain()
+
+    async def close(self) -> None:
+        """Close stdin, grace, SIGTERM the group, SIGKILL the group; then drain the readers."""
+        if self.process is None:
+            return
+        await self.process.terminate(self.grace_s, self.term_s)
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
