@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from keel_stream.store.connect import create_pool
-from keel_stream.store.driver_errors import translated
 from keel_stream.store.memory import MemoryStore
+from keel_stream.store.notifications import Listener
 from keel_stream.store.postgres import PostgresLedger
 from keel_stream.store.protocol import Ledger, Runs
 from keel_stream.store.runs import PostgresRuns
@@ -38,26 +38,22 @@ async def postgres_worker_store(
 ) -> AsyncIterator[WorkerStore]:
     pool = await create_pool(database_url, min_size=1, max_size=pool_size)
 
-    def committed(*_: object) -> None:
-        on_commit()
-
-    def cancelled(_conn: object, _pid: int, _channel: str, payload: str) -> None:
+    def cancelled(payload: str) -> None:
         tenant, _, session = payload.partition("/")
         on_cancel(tenant, session)
 
+    # The same LISTEN door as the API's: a lost connection is listened again with backoff.
+    listeners = [
+        Listener(pool, "keel_commits", lambda _payload: on_commit()),
+        Listener(pool, "keel_cancels", cancelled),
+    ]
     try:
-        async with translated("listen"):
-            listener = await pool.acquire()
-            await listener.add_listener("keel_commits", committed)
-            await listener.add_listener("keel_cancels", cancelled)
-        try:
-            yield WorkerStore(PostgresLedger(pool), PostgresRuns(pool, owner, lease_ttl_s))
-        finally:
-            with contextlib.suppress(Exception):
-                await listener.remove_listener("keel_commits", committed)
-                await listener.remove_listener("keel_cancels", cancelled)
-            await pool.release(listener)
+        for listener in listeners:
+            await listener.start()
+        yield WorkerStore(PostgresLedger(pool), PostgresRuns(pool, owner, lease_ttl_s))
     finally:
+        for listener in listeners:
+            await listener.stop()
         await pool.close()
 
 
