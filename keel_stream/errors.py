@@ -15,7 +15,8 @@ Every error carries a stable machine-readable ``code`` and a ``retriable`` flag;
     │   ├── KeyRequired                 a kind whose key is mandatory was sent without one
     │   ├── InvalidPayload              a payload that breaks a validation rule (code = the rule)
     │   ├── InvalidPage                 a read with an out-of-range cursor or limit
-    │   └── UnknownProjection           a read model that does not exist
+    │   ├── UnknownProjection           a read model that does not exist
+    │   └── UnknownBackend              a backend the tenant's configuration does not declare
     ├── NotFound                        (404)
     │   ├── TenantNotFound
     │   └── SessionNotFound             missing, or belongs to another tenant
@@ -25,7 +26,11 @@ Every error carries a stable machine-readable ``code`` and a ``retriable`` flag;
     │   ├── ExternalSession             a native write to a session whose state is owned externally
     │   ├── NotExternalSession          an external.event for a native session
     │   ├── ExternalSessionClosed       an external.event for a closed external session
+    │   ├── ExternalSessionUnavailable  input or cancel for a session whose backend is unavailable
     │   └── LeaseFenced                 an owner-scoped commit with a stale epoch or another owner
+    ├── QuotaRefused                    the tenant's configuration refuses it (403/429)
+    │   ├── UnmeteredRefused            a backend that reports no usage, and quota.unmetered is deny
+    │   └── ExternalQuotaExceeded       maxSessions or maxSessionsPerBackend reached (429)
     ├── StoreError                      the store failed; nothing was committed (5xx)
     │   ├── StoreUnavailable            the database could not be reached (retriable)
     │   ├── ProjectionBehind            a read model did not reach min_seq in time (retriable)
@@ -51,8 +56,10 @@ __all__ = [
     "BrokerUnavailable",
     "ConfigurationError",
     "Conflict",
+    "ExternalQuotaExceeded",
     "ExternalSession",
     "ExternalSessionClosed",
+    "ExternalSessionUnavailable",
     "FenceNotAllowed",
     "FenceRequired",
     "IdempotencyConflict",
@@ -76,6 +83,7 @@ __all__ = [
     "PayloadRule",
     "PortInUse",
     "ProjectionBehind",
+    "QuotaRefused",
     "SessionExists",
     "SessionNotFound",
     "StoreError",
@@ -83,8 +91,10 @@ __all__ = [
     "TenantExists",
     "TenantNotFound",
     "TopicMissing",
+    "UnknownBackend",
     "UnknownKind",
     "UnknownProjection",
+    "UnmeteredRefused",
 ]
 
 
@@ -209,6 +219,12 @@ class UnknownProjection(InvalidRequest):
     code = "unknown_projection"
 
 
+class UnknownBackend(InvalidRequest):
+    """An external backend the tenant's configuration document does not declare."""
+
+    code = "unknown_backend"
+
+
 class NotFound(KeelError):
     """The addressed object does not exist for this tenant."""
 
@@ -269,10 +285,35 @@ class ExternalSessionClosed(Conflict):
     code = "external_session_closed"
 
 
+class ExternalSessionUnavailable(Conflict):
+    """The session's backend is unavailable (the session's external status says so)."""
+
+    code = "external_session_unavailable"
+
+
 class LeaseFenced(Conflict):
     """The lease token is stale (older epoch) or names another owner."""
 
     code = "lease_fenced"
+
+
+class QuotaRefused(KeelError):
+    """The tenant's configuration refuses the request."""
+
+    code = "quota_refused"
+
+
+class UnmeteredRefused(QuotaRefused):
+    """The backend reports no usage and the tenant's quota.unmetered is deny (or unset)."""
+
+    code = "unmetered_refused"
+
+
+class ExternalQuotaExceeded(QuotaRefused):
+    """A backend's maxSessions or the tenant's maxSessionsPerBackend is reached."""
+
+    code = "external_quota_exceeded"
+    retriable = True
 
 
 class StoreError(KeelError):

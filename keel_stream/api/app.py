@@ -6,18 +6,22 @@ module builds the app and owns the process's services (created at start-up, clos
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
 from keel_stream import __version__
-from keel_stream.api import ops, reads, runs, sessions, submissions, tenant_config
+from keel_stream.api import external, ops, reads, runs, sessions, submissions, tenant_config
 from keel_stream.api.deps import ApiConfig, Services
 from keel_stream.api.errors import install_error_handlers
 from keel_stream.api.hub import LiveHub
+from keel_stream.gateway.agents import ExternalAgents
+from keel_stream.gateway.config import load_boot_config
 from keel_stream.readmodels import ReadModels
 from keel_stream.store import PostgresLedger, create_pool
+from keel_stream.store.external_sessions import PostgresExternalSessions
 from keel_stream.store.keys import KeyStore
 from keel_stream.store.runs import PostgresRuns
 from keel_stream.store.sessions import PostgresSessions
@@ -32,21 +36,28 @@ def create_app(config: ApiConfig) -> FastAPI:
         pool = await create_pool(config.database_url, min_size=2, max_size=20)
         hub = LiveHub(pool, config.bootstrap, config.topic_prefix)
         models = ReadModels.from_pool(pool)
+        ledger = PostgresLedger(pool)
+        configs = TenantConfigs(pool)
+        boot = config.boot_config or load_boot_config(os.environ)
+        agents = ExternalAgents(ledger, PostgresExternalSessions(pool), configs, boot)
         await hub.start()
         await models.start()
+        await agents.start()
         app.state.services = Services(
-            ledger=PostgresLedger(pool),
+            ledger=ledger,
             sessions=PostgresSessions(pool),
             keys=KeyStore(pool),
             models=models,
             runs=PostgresRuns(pool, "api", 1),
             hub=hub,
-            tenant_configs=TenantConfigs(pool),
+            tenant_configs=configs,
+            external=agents,
         )
         try:
             yield
         finally:
             config.draining.set()
+            await agents.stop()
             await models.close()
             await hub.stop()
             await pool.close()
@@ -62,4 +73,5 @@ def create_app(config: ApiConfig) -> FastAPI:
     for router in (ops.router, sessions.router, submissions.router, reads.router, runs.router):
         app.include_router(router)
     app.include_router(tenant_config.router)
+    app.include_router(external.router)
     return app

@@ -13,6 +13,8 @@ from keel_stream.api.errors import ErrorBody, Unauthorized
 from keel_stream.api.hub import LiveHub
 from keel_stream.api.models import ExternalView, RunView, SessionView
 from keel_stream.errors import SessionNotFound
+from keel_stream.gateway.agents import ExternalAgents
+from keel_stream.gateway.config import TenantConfig
 from keel_stream.kernel import StateOwner, check_identifier
 from keel_stream.readmodels import ReadModels
 from keel_stream.store import PostgresLedger
@@ -52,6 +54,8 @@ class ApiConfig:
     heartbeat_s: float = 15.0
     draining: asyncio.Event = field(default_factory=asyncio.Event)
     """Set when the process drains (SIGTERM): streams send what is unread, then `drain`."""
+    boot_config: TenantConfig | None = None
+    """The runtime's own configuration document; None: read KEEL_EXTERNAL_CONFIG at start."""
 
 
 @dataclass
@@ -65,6 +69,7 @@ class Services:
     runs: PostgresRuns
     hub: LiveHub
     tenant_configs: TenantConfigs
+    external: ExternalAgents
 
 
 def services_of(request: Request) -> Services:

@@ -59,6 +59,8 @@ _STATUS: Final[tuple[tuple[type[errors.KeelError], int], ...]] = (
     (errors.InvalidRequest, 400),
     (errors.NotFound, 404),
     (errors.Conflict, 409),
+    (errors.ExternalQuotaExceeded, 429),
+    (errors.QuotaRefused, 403),
     (errors.StoreUnavailable, 503),
     (errors.ProjectionBehind, 503),
     (errors.StoreError, 500),

@@ -35,8 +35,18 @@ class Capabilities(_Wire):
 
 
 class CreateSession(_Wire):
+    """A native session, or with ``backend`` an external one opened at that backend."""
+
     model_config = ConfigDict(extra="forbid")
     id: str | None = Field(None, min_length=1, max_length=128)
+    backend: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
+        description="An external backend the tenant's configuration declares.",
+    )
+    metadata: dict[str, Annotated[str, Field(max_length=1024)]] | None = Field(
+        None, max_length=32, description="Passed to the backend's session.open (external only)."
+    )
 
 
 class RunView(_Wire):
@@ -113,6 +123,9 @@ class SubmissionView(_Wire):
     kind: str
     delivery: str | None = None
     committed_at: datetime = Field(alias="committedAt")
+    turn_id: str | None = Field(
+        None, alias="turnId", description="External sessions: the backend's turn for this input."
+    )
 
 
 class EventView(_Wire):
@@ -141,6 +154,10 @@ class RunQueued(_Wire):
 
 class CancelView(_Wire):
     cancel_requested: bool = Field(alias="cancelRequested")
+    turn_id: str | None = Field(None, alias="turnId", description="External sessions only.")
+    cancelled: bool | None = Field(
+        None, description="External sessions: false when the turn had already ended."
+    )
 
 
 class ReadModel(_Wire):

@@ -14,6 +14,7 @@ from fastapi import APIRouter, Response
 
 from keel_stream.api.deps import ERRORS, Services, Svc, Tenant, session_row
 from keel_stream.api.errors import NoRunningAttempt
+from keel_stream.api.external import cancel_external, external_markers
 from keel_stream.api.models import CancelView, RunQueued
 from keel_stream.errors import ExternalSession
 from keel_stream.kernel import InputAccount, InputTally, RunStatus, StateOwner
@@ -84,8 +85,13 @@ async def queue_run(
 
 @router.post("/v1/sessions/{session_id}/cancel", response_model=CancelView, responses=ERRORS)
 async def cancel(services: Svc, tenant: Tenant, session_id: str) -> CancelView:
-    """Stop the running attempt (its input stays unanswered for the next run)."""
-    await session_row(services, tenant, session_id)
+    """Stop the running attempt (its input stays unanswered for the next run). For an
+    external session: cancel its latest turn at the backend; a backend that cannot cancel
+    answers 502 `backend_cancel_refused`, one that cannot be reached 503: never a success
+    that did not happen."""
+    markers = external_markers(await session_row(services, tenant, session_id))
+    if markers is not None:
+        return await cancel_external(services, tenant, session_id, markers)
     if not await services.runs.request_cancel(tenant, session_id):
         raise NoRunningAttempt(f"session {session_id!r} has no running attempt")
     return CancelView(cancel_requested=True)

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query
 
 from keel_stream.api.deps import ERRORS, Svc, Tenant, session_row, session_view
 from keel_stream.api.models import CreateSession, SessionPage, SessionView
+from keel_stream.errors import InvalidRequest
 
 __all__ = ["SESSIONS_PAGE_DEFAULT", "SESSIONS_PAGE_MAX", "router"]
 
@@ -22,8 +23,14 @@ router = APIRouter(tags=["v1"])
 async def create_session(
     services: Svc, tenant: Tenant, body: CreateSession | None = None
 ) -> SessionView:
-    """Open a native session (the id is generated unless given)."""
-    session_id = await services.ledger.create_session(tenant, body.id if body else None)
+    """Open a session (the id is generated unless given): native, or with `backend` an
+    external one, opened at that backend (session.open) within the tenant's quota."""
+    if body is not None and body.backend is not None:
+        session_id = await services.external.open(tenant, body.id, body.backend, body.metadata)
+    elif body is not None and body.metadata is not None:
+        raise InvalidRequest("metadata is passed to an external backend: give a backend too")
+    else:
+        session_id = await services.ledger.create_session(tenant, body.id if body else None)
     return session_view(await session_row(services, tenant, session_id))
 
 

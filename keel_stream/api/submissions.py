@@ -18,13 +18,14 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
 from keel_stream.api.deps import ERRORS, Services, Svc, Tenant
+from keel_stream.api.external import deliver
 from keel_stream.api.models import (
     EVENT_REQUEST_SCHEMA,
     INPUT_BODY_SCHEMA,
     EventRequest,
     SubmissionView,
 )
-from keel_stream.errors import InvalidRequest
+from keel_stream.errors import ExternalSession, InvalidRequest
 from keel_stream.kernel import CommitRequest, Delivery, Kind, require_edge_kind, validate_payload
 
 __all__ = ["parse_json_body", "router", "submit"]
@@ -102,11 +103,15 @@ async def submit(
     request_id = key if key is not None else fields.get("requestId")
     if request_id is None:
         request_id = str(uuid.uuid4())
-    submission = await services.ledger.commit(
-        CommitRequest(
-            tenant_id=tenant, session_id=session_id, kind=kind, payload=fields, key=request_id
+    try:
+        submission = await services.ledger.commit(
+            CommitRequest(
+                tenant_id=tenant, session_id=session_id, kind=kind, payload=fields, key=request_id
+            )
         )
-    )
+    except ExternalSession:
+        # Refused under the session lock: the input goes to the session's backend instead.
+        return await deliver(services, tenant, session_id, fields, str(request_id))
     delivery = fields.get("delivery")
     if delivery == Delivery.GUIDE:
         # What was written: a guide without an active attempt was degraded to queue.

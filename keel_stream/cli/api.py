@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 
 from keel_stream.api.server import api_server
 from keel_stream.cli.options import (
@@ -15,6 +16,7 @@ from keel_stream.cli.options import (
 )
 from keel_stream.cli.preflight import ensure_port_free
 from keel_stream.dev.components import api_config
+from keel_stream.gateway.config import load_boot_config
 from keel_stream.store.admin import ping
 
 __all__ = ["PORT_HINT", "api"]
@@ -34,9 +36,9 @@ def api(
     )
     dsn = require_database(settings)
     ensure_port_free(settings.api_host, settings.api_port, hint=PORT_HINT)
-    server = api_server(
-        api_config(settings, dsn, settings.kafka_bootstrap), settings.api_host, settings.api_port
-    )
+    config = api_config(settings, dsn, settings.kafka_bootstrap)
+    config.boot_config = load_boot_config(os.environ)  # a bad document stops the start here
+    server = api_server(config, settings.api_host, settings.api_port)
 
     async def serve() -> None:
         # The app connects in its lifespan, where a failure is only logged: check first.

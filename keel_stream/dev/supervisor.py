@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ from keel_stream.dev.components import api_config, relay_config, worker_config
 from keel_stream.dev.postgres import EmbeddedPostgres
 from keel_stream.dev.signals import remember_stop_signals, signals_remembered, until_signalled
 from keel_stream.errors import BrokerUnavailable, InvalidSetting
+from keel_stream.gateway.config import load_boot_config
 from keel_stream.kafka.broker import EmbeddedBroker
 from keel_stream.kafka.errors import kafka_translated
 from keel_stream.logs import get_logger
@@ -123,9 +125,9 @@ async def _platform(
         "KEEL_KAFKA_BOOTSTRAP": servers,
         "KEEL_DATA_DIR": str(settings.data_dir),
     }
-    server = api_server(
-        api_config(settings, dsn, servers), settings.api_host, settings.api_port, on_exit=stop.set
-    )
+    config = api_config(settings, dsn, servers)
+    config.boot_config = load_boot_config(os.environ)
+    server = api_server(config, settings.api_host, settings.api_port, on_exit=stop.set)
     async with child_process("projections", "run", env=env) as projector:
         say(f"projections worker: pid {projector.pid}")
         serving = asyncio.create_task(_serve(server))

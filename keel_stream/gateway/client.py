@@ -103,6 +103,7 @@ class GatewayClient:
         self._closed_reason: str | None = None
         self._event_handlers: list[Callable[[Event], None]] = []
         self._notification_handlers: list[Callable[[Notification], None]] = []
+        self._lost_handlers: list[Callable[[str], None]] = []
 
     # -- the transport's sink ------------------------------------------------------------
     def on_message(self, message: Message) -> None:
@@ -131,7 +132,11 @@ class GatewayClient:
             future.set_exception(error)
 
     def on_closed(self, reason: str) -> None:
+        first = self._closed_reason is None
         self._closed_reason = reason
+        if first:
+            for handler in self._lost_handlers:
+                handler(reason)
         pending, self._pending = self._pending, {}
         for future in pending.values():
             if not future.done():
@@ -141,6 +146,15 @@ class GatewayClient:
     def on_event(self, handler: Callable[[Event], None]) -> None:
         """Call ``handler`` for every event.stream notification."""
         self._event_handlers.append(handler)
+
+    def on_lost(self, handler: Callable[[str], None]) -> None:
+        """Call ``handler`` once, with the reason, when the connection is lost or closed."""
+        self._lost_handlers.append(handler)
+
+    @property
+    def lost(self) -> str | None:
+        """Why the connection is gone; None while it is up."""
+        return self._closed_reason
 
     def on_notification(self, handler: Callable[[Notification], None]) -> None:
         """Call ``handler`` for every notification (events included)."""

@@ -12,6 +12,7 @@ import orjson
 
 from keel_stream.api.app import ApiConfig
 from keel_stream.api.server import api_server
+from keel_stream.gateway.config import TenantConfig
 from keel_stream.kafka.broker import free_port
 from keel_stream.store import PostgresLedger, create_pool
 from keel_stream.store.keys import KeyStore
@@ -33,7 +34,10 @@ class Api:
 
 @contextlib.asynccontextmanager
 async def serve_api(
-    database_url: str, bootstrap: str | None = None, topic_prefix: str = ""
+    database_url: str,
+    bootstrap: str | None = None,
+    topic_prefix: str = "",
+    boot_config: TenantConfig | None = None,
 ) -> AsyncIterator[Api]:
     pool = await create_pool(database_url, max_size=1)
     try:
@@ -43,7 +47,9 @@ async def serve_api(
         _, key = await KeyStore(pool).create("acme")
     finally:
         await pool.close()
-    config = ApiConfig(database_url, bootstrap, topic_prefix, heartbeat_s=1.0)
+    config = ApiConfig(
+        database_url, bootstrap, topic_prefix, heartbeat_s=1.0, boot_config=boot_config
+    )
     port = free_port()
     server = api_server(config, "127.0.0.1", port)
     task = asyncio.create_task(server.serve())

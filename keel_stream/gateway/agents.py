@@ -1,0 +1,332 @@
+"""The external-agent service: external sessions opened, driven, cancelled and closed through
+their backends, every fact committed as an external.event (seed §4, §5).
+
+Which backend serves a tenant: the backends of the tenant's newest stored configuration
+document, or, when the tenant has none, those of the runtime's boot document
+(KEEL_EXTERNAL_CONFIG).  The service is active only when some document declares backends.
+
+Delivery of an input is recorded before it is sent: ``message.sent`` (keyed by the input's
+requestId) is committed, then ``message.send`` goes to the backend, then ``message.accepted``
+(with the backend's turnId) is committed.  A retry of the same requestId finds the accepted turn
+and sends nothing; a retry after a failed or interrupted delivery sends again, so a message is
+delivered at least once and recorded exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+import orjson
+
+from keel_stream.errors import (
+    ExternalSessionClosed,
+    ExternalSessionUnavailable,
+    InvalidPayload,
+    PayloadRule,
+    UnknownBackend,
+)
+from keel_stream.gateway.backend import Backend, BackendContext
+from keel_stream.gateway.config import TenantConfig
+from keel_stream.gateway.connection import Supervision
+from keel_stream.gateway.errors import BackendUnavailable, GatewayError
+from keel_stream.gateway.recorder import Direction, ExternalTarget, Recorder, base_payload
+from keel_stream.kernel import Kind, Submission
+from keel_stream.logs import get_logger
+from keel_stream.store.external_sessions import ExternalSessions, LiveExternal
+from keel_stream.store.protocol import MAX_READ_LIMIT, ExternalStatus, Ledger
+
+__all__ = ["CancelOutcome", "ConfigReader", "Delivered", "ExternalAgents"]
+
+_BOOT: Final = ""
+_ACCEPTED_SCAN_PAGES: Final = 5
+
+
+class StoredDocument(Protocol):
+    @property
+    def version(self) -> int: ...
+
+    @property
+    def config(self) -> TenantConfig: ...
+
+
+class ConfigReader(Protocol):
+    async def latest(self, tenant: str) -> StoredDocument | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """An input recorded and delivered: the message.sent submission and the backend's turn."""
+
+    submission: Submission
+    turn_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class CancelOutcome:
+    turn_id: str
+    cancelled: bool
+    """False: the turn had already ended (the backend said so); nothing was stopped."""
+
+
+def _fingerprint(document: Any) -> str:
+    return hashlib.sha256(orjson.dumps(document, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
+
+
+class ExternalAgents:
+    def __init__(
+        self,
+        ledger: Ledger,
+        store: ExternalSessions,
+        configs: ConfigReader | None,
+        boot: TenantConfig | None,
+        *,
+        supervision: Supervision | None = None,
+        environ: Mapping[str, str] | None = None,
+        cache_s: float = 2.0,
+    ) -> None:
+        self._ledger = ledger
+        self._store = store
+        self._configs = configs
+        self._boot = boot or TenantConfig()
+        self.recorder = Recorder(ledger)
+        self._ctx = BackendContext(
+            ledger, store, self.recorder, supervision or Supervision(), environ or dict(os.environ)
+        )
+        self._cache_s = cache_s
+        self._documents: dict[str, tuple[float, str, TenantConfig]] = {}
+        self._backends: dict[tuple[str, str, str], Backend] = {}
+        self._routes: dict[tuple[str, str], tuple[ExternalTarget, Backend]] = {}
+        self._log = get_logger("gateway")
+
+    # -- lifecycle -----------------------------------------------------------------------
+    async def start(self) -> None:
+        """Activate the boot document's backends; adopt every live external session (its
+        backend resumes it, or it is marked unavailable)."""
+        for name in self._boot.external.backends:
+            self._backend(_BOOT, name, self._boot).connection.activate()
+        for item in await self._store.live():
+            await self._adopt(item)
+        for backend in self._backends.values():
+            if backend.sessions and not backend.connection.up:
+                backend.connection.activate()
+
+    async def _adopt(self, item: LiveExternal) -> None:
+        target = ExternalTarget(
+            item.tenant, item.session, item.backend, item.ref or "", item.metering, item.status
+        )
+        try:
+            backend = await self._backend_for(item.tenant, item.backend)
+        except UnknownBackend as exc:
+            await self._store.set_status(
+                item.tenant, item.session, ExternalStatus.BACKEND_UNAVAILABLE
+            )
+            if item.status != ExternalStatus.BACKEND_UNAVAILABLE:
+                await self.recorder.lifecycle(
+                    target, "backend.unavailable", f"lifecycle:{uuid.uuid4()}", {"reason": str(exc)}
+                )
+            return
+        self._routes[target.key] = (target, backend)
+        await backend.adopt(target)
+
+    async def stop(self) -> None:
+        await self.recorder.idle()
+        await asyncio.gather(*(b.close() for b in self._backends.values()))
+        await self.recorder.close()
+
+    @property
+    def active(self) -> bool:
+        """Whether the boot document declares backends (tenant documents may add more)."""
+        return self._boot.external.agents_active
+
+    def describe(self) -> list[dict[str, Any]]:
+        """Each backend connection: its scope, whether it is up, its sessions."""
+        return [
+            {
+                "backend": b.name,
+                "scope": b.scope or "boot",
+                "up": b.connection.up,
+                "generation": b.connection.generation,
+                "lostReason": b.connection.lost_reason,
+                "activeSessions": b.active_count(),
+                "knownSessions": len(b.sessions),
+            }
+            for b in self._backends.values()
+        ]
+
+    # -- documents and backends ----------------------------------------------------------
+    async def _document(self, tenant: str) -> tuple[str, TenantConfig]:
+        """(scope, document): the tenant's newest stored document, else the boot one."""
+        cached = self._documents.get(tenant)
+        now = time.monotonic()
+        if cached is not None and now - cached[0] < self._cache_s:
+            return cached[1], cached[2]
+        stored = None if self._configs is None else await self._configs.latest(tenant)
+        scope, document = (tenant, stored.config) if stored is not None else (_BOOT, self._boot)
+        self._documents[tenant] = (now, scope, document)
+        return scope, document
+
+    def _backend(self, scope: str, name: str, document: TenantConfig) -> Backend:
+        spec = document.external.backends[name]
+        key = (scope, name, _fingerprint(spec.model_dump(mode="json")))
+        backend = self._backends.get(key)
+        if backend is None:
+            backend = Backend(name, scope, spec, document.external.quota, self._ctx)
+            self._backends[key] = backend
+        backend.quota = document.external.quota  # the quota may change without the spec
+        return backend
+
+    async def _backend_for(self, tenant: str, name: str) -> Backend:
+        scope, document = await self._document(tenant)
+        if name not in document.external.backends:
+            declared = ", ".join(sorted(document.external.backends)) or "none"
+            raise UnknownBackend(
+                f"no external backend named {name!r} is declared for this tenant "
+                f"(declared: {declared})"
+            )
+        return self._backend(scope, name, document)
+
+    async def _route(
+        self, tenant: str, session: str, backend: str, ref: str | None, status: str | None
+    ) -> tuple[ExternalTarget, Backend]:
+        route = self._routes.get((tenant, session))
+        if route is not None:
+            return route
+        serving = await self._backend_for(tenant, backend)
+        target = serving.sessions.get(ref or "")
+        if target is None:  # opened by another replica, or before a restart
+            target = ExternalTarget(tenant, session, backend, ref or "")
+            target.status = ExternalStatus(status or ExternalStatus.ACTIVE)
+            serving.sessions[target.ref] = target
+        self._routes[target.key] = (target, serving)
+        return target, serving
+
+    # -- the API's operations ------------------------------------------------------------
+    async def open(
+        self,
+        tenant: str,
+        session_id: str | None,
+        backend: str,
+        metadata: Mapping[str, str] | None = None,
+    ) -> str:
+        """Open an external session on ``backend``; its Keel session id."""
+        serving = await self._backend_for(tenant, backend)
+        target = await serving.open(tenant, session_id, metadata or {})
+        self._routes[target.key] = (target, serving)
+        return target.session
+
+    async def send(
+        self,
+        tenant: str,
+        session: str,
+        markers: SessionMarkers,
+        payload: Mapping[str, Any],
+        request_id: str,
+    ) -> Delivered:
+        """Record and deliver one input (``text``) to the session's backend."""
+        text = payload.get("text")
+        if not isinstance(text, str) or not text:
+            raise InvalidPayload(
+                PayloadRule.TEXT_NOT_STRING, "an input to an external session needs a text"
+            )
+        target, serving = await self._route(tenant, session, *markers)
+        _deliverable(target)
+        async with target.lock:
+            sent = base_payload(target, Direction.OUTBOUND, "message.sent")
+            sent.update({"text": text, "requestId": request_id, "input": dict(payload)})
+            submission = await self.recorder.commit(target, sent, request_id)
+            if not submission.created:
+                turn = await self._accepted_turn(target, submission.seq, request_id)
+                if turn is not None:
+                    return Delivered(submission, turn)
+            client = await serving.connection.ensure()
+            result = await client.send_message(target.ref, text)
+            accepted = base_payload(target, Direction.OUTBOUND, "message.accepted")
+            accepted.update(
+                {"turnId": result.turn_id, "sentSeq": submission.seq, "forRequestId": request_id}
+            )
+            await self.recorder.commit(target, accepted, f"accepted:{request_id}")
+        return Delivered(submission, result.turn_id)
+
+    async def _accepted_turn(
+        self, target: ExternalTarget, after: int, request_id: str
+    ) -> str | None:
+        for _ in range(_ACCEPTED_SCAN_PAGES):
+            page = await self._ledger.read_events(
+                target.tenant, target.session, after=after, limit=MAX_READ_LIMIT
+            )
+            for event in page:
+                p = event.payload
+                if (
+                    event.kind == Kind.EXTERNAL_EVENT
+                    and p.get("type") == "message.accepted"
+                    and p.get("forRequestId") == request_id
+                ):
+                    return str(p.get("turnId"))
+            if len(page) < MAX_READ_LIMIT:
+                return None
+            after = page[-1].seq
+        return None
+
+    async def cancel(
+        self, tenant: str, session: str, markers: SessionMarkers
+    ) -> CancelOutcome | None:
+        """Cancel the session's latest turn; None when no message was ever sent.  A backend
+        that cannot cancel raises BackendCancelRefused; one that cannot be reached,
+        BackendUnavailable: never a success that did not happen."""
+        target, serving = await self._route(tenant, session, *markers)
+        if target.status == ExternalStatus.CLOSED:
+            raise ExternalSessionClosed(f"external session {session!r} is closed")
+        if target.status == ExternalStatus.BACKEND_UNAVAILABLE:
+            raise BackendUnavailable(f"the backend of session {session!r} is unavailable")
+        turn = await self._store.latest_turn(tenant, session)
+        if turn is None:
+            return None
+        client = await serving.connection.ensure()
+        result = await client.cancel(target.ref, turn)
+        record = base_payload(target, Direction.OUTBOUND, "cancel")
+        record.update({"turnId": turn, "cancelled": result.cancelled})
+        await self.recorder.commit(target, record, f"cancel:{uuid.uuid4()}")
+        return CancelOutcome(turn, result.cancelled)
+
+    async def close(self, tenant: str, session: str, markers: SessionMarkers) -> bool:
+        """Close the session at its backend (when reachable) and mark it closed; False when
+        it already was."""
+        target, serving = await self._route(tenant, session, *markers)
+        if target.status == ExternalStatus.CLOSED:
+            return False
+        async with target.lock:
+            delivered = False
+            if target.status == ExternalStatus.ACTIVE and serving.connection.up:
+                try:
+                    client = await serving.connection.ensure()
+                    delivered = (await client.close_session(target.ref)).closed
+                except GatewayError as exc:
+                    self._log.warning("close not delivered", session=session, error=str(exc))
+            await self.recorder.idle()
+            await self.recorder.lifecycle(
+                target, "session.closed", "lifecycle:closed", {"delivered": delivered}
+            )
+            await self._store.set_status(tenant, session, ExternalStatus.CLOSED)
+            target.status = ExternalStatus.CLOSED
+            serving.sessions.pop(target.ref, None)
+        return True
+
+
+SessionMarkers = tuple[str, str | None, str | None]
+"""(backend, ref, status) as the session row holds them."""
+
+
+def _deliverable(target: ExternalTarget) -> None:
+    if target.status == ExternalStatus.CLOSED:
+        raise ExternalSessionClosed(f"external session {target.session!r} is closed")
+    if target.status == ExternalStatus.BACKEND_UNAVAILABLE:
+        raise ExternalSessionUnavailable(
+            f"the backend of external session {target.session!r} is unavailable"
+        )

@@ -1,0 +1,197 @@
+"""One declared AgentBackend and the external sessions it serves (seed §4 and §5).
+
+The backend's connection is supervised (keel_stream.gateway.connection).  When it is lost, every
+session it serves is marked ``backend-unavailable`` at once (a queryable state, never a hang);
+when it is up again, each known session is offered ``session.resume``: resumed=true makes it
+active and re-subscribes its events after the last one recorded, resumed=false keeps it
+unavailable (Keel does not fake a resume).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Mapping
+
+from keel_stream.errors import ExternalQuotaExceeded, SessionExists, UnmeteredRefused
+from keel_stream.gateway.client import GatewayClient
+from keel_stream.gateway.config import BackendSpec, Quota
+from keel_stream.gateway.connection import Connection, ConnectionHooks, Supervision
+from keel_stream.gateway.errors import GatewayError
+from keel_stream.gateway.protocol import Event as BackendEvent
+from keel_stream.gateway.protocol import ProviderKind
+from keel_stream.gateway.recorder import ExternalTarget, Recorder
+from keel_stream.logs import get_logger
+from keel_stream.store.external_sessions import ExternalSessions
+from keel_stream.store.protocol import ExternalMarkers, ExternalStatus, Ledger, Metering
+
+__all__ = ["Backend", "BackendContext"]
+
+
+class BackendContext:
+    """What every backend shares: the ledger, the session markers, the recorder."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        store: ExternalSessions,
+        recorder: Recorder,
+        supervision: Supervision,
+        environ: Mapping[str, str],
+    ) -> None:
+        self.ledger = ledger
+        self.store = store
+        self.recorder = recorder
+        self.supervision = supervision
+        self.environ = environ
+
+
+class Backend:
+    """``name`` as one document declares it (``scope``: the tenant whose document, or '')."""
+
+    def __init__(
+        self, name: str, scope: str, spec: BackendSpec, quota: Quota | None, ctx: BackendContext
+    ) -> None:
+        self.name = name
+        self.scope = scope
+        self.spec = spec
+        self.quota = quota
+        self.ctx = ctx
+        self.sessions: dict[str, ExternalTarget] = {}
+        """By the backend's own session handle (ref)."""
+        hooks = ConnectionHooks(
+            on_event=self._on_event, on_lost=self._on_lost, on_up=self._on_up, environ=ctx.environ
+        )
+        where = f"external.backends.{name}" + (f" (tenant {scope})" if scope else "")
+        self.connection = Connection(where, spec, ProviderKind.AGENT, hooks, ctx.supervision)
+        self._open_lock = asyncio.Lock()
+        self._log = get_logger("gateway").bind(backend=name, scope=scope or "boot")
+
+    @property
+    def unmetered_allowed(self) -> bool:
+        return self.quota is not None and self.quota.unmetered == "allow"
+
+    def active_count(self) -> int:
+        return sum(1 for t in self.sessions.values() if t.status == ExternalStatus.ACTIVE)
+
+    # -- the connection's hooks ----------------------------------------------------------
+    def _on_event(self, event: BackendEvent) -> None:
+        target = self.sessions.get(event.session_id)
+        if target is None:
+            self._log.warning("event for an unknown session", ref=event.session_id)
+            return
+        self.ctx.recorder.enqueue(target, event)
+
+    async def _on_lost(self, reason: str) -> None:
+        for target in list(self.sessions.values()):
+            await self._mark(target, ExternalStatus.BACKEND_UNAVAILABLE, reason)
+
+    async def _on_up(self, client: GatewayClient, reconnect: bool) -> None:
+        for target in list(self.sessions.values()):
+            await self._resume(client, target)
+
+    async def _mark(self, target: ExternalTarget, status: ExternalStatus, reason: str) -> None:
+        if target.status == status:
+            return
+        if not await self.ctx.store.set_status(target.tenant, target.session, status):
+            self.sessions.pop(target.ref, None)  # closed meanwhile: nothing to serve
+            return
+        target.status = status
+        kind = (
+            "backend.unavailable"
+            if status == ExternalStatus.BACKEND_UNAVAILABLE
+            else "session.resumed"
+        )
+        self._log.info("session marked", session=target.session, status=status, reason=reason)
+        key = f"lifecycle:{uuid.uuid4()}"  # each change is its own fact, recorded once, here
+        await self.ctx.recorder.lifecycle(target, kind, key, {"reason": reason})
+
+    async def _resume(self, client: GatewayClient, target: ExternalTarget) -> None:
+        try:
+            result = await client.resume_session(target.ref)
+        except GatewayError as exc:
+            await self._mark(target, ExternalStatus.BACKEND_UNAVAILABLE, f"resume failed: {exc}")
+            return
+        if not result.resumed:
+            await self._mark(
+                target, ExternalStatus.BACKEND_UNAVAILABLE, "resume refused (resumed=false)"
+            )
+            return
+        await self._mark(target, ExternalStatus.ACTIVE, "resumed")
+        await self._subscribe(client, target)
+
+    async def _subscribe(self, client: GatewayClient, target: ExternalTarget) -> None:
+        target.last_backend_seq = await self.ctx.store.last_backend_seq(
+            target.tenant, target.session
+        )
+        try:
+            await client.subscribe(target.ref, after_seq=target.last_backend_seq)
+        except GatewayError as exc:
+            await self._mark(target, ExternalStatus.BACKEND_UNAVAILABLE, f"subscribe failed: {exc}")
+
+    # -- sessions ------------------------------------------------------------------------
+    async def adopt(self, target: ExternalTarget) -> None:
+        """Serve a session opened by an earlier run of the runtime: resumed when the
+        connection is (or comes) up."""
+        self.sessions[target.ref] = target
+        if self.connection.up and self.connection.client is not None:
+            await self._resume(self.connection.client, target)
+
+    async def open(
+        self, tenant: str, session_id: str | None, metadata: Mapping[str, str]
+    ) -> ExternalTarget:
+        """session.open, within the quota; the session row with its markers; the opening
+        recorded; events subscribed."""
+        async with self._open_lock:
+            client = await self.connection.ensure()
+            await self._check_quota(client, tenant)
+            opened = await client.open_session(dict(metadata))
+            if opened.metering == "none" and not self.unmetered_allowed:
+                await self._discard(client, opened.session_id)
+                raise UnmeteredRefused(self._unmetered_message())
+            markers = ExternalMarkers(
+                self.name, opened.session_id, metering=Metering(opened.metering)
+            )
+            try:
+                session = await self.ctx.ledger.create_session(tenant, session_id, markers)
+            except SessionExists:
+                await self._discard(client, opened.session_id)
+                raise
+            target = ExternalTarget(tenant, session, self.name, opened.session_id, markers.metering)
+            self.sessions[target.ref] = target
+        data = {"metering": opened.metering, "lastSeq": opened.last_seq}
+        await self.ctx.recorder.lifecycle(target, "session.opened", "lifecycle:opened", data)
+        await self._subscribe(client, target)
+        return target
+
+    async def _check_quota(self, client: GatewayClient, tenant: str) -> None:
+        assert client.server is not None
+        if not client.server.capabilities.usage and not self.unmetered_allowed:
+            raise UnmeteredRefused(self._unmetered_message())
+        limit = self.spec.max_sessions
+        if limit is not None and self.active_count() >= limit:
+            raise ExternalQuotaExceeded(f"backend {self.name!r} serves its maxSessions ({limit})")
+        per_tenant = self.quota.max_sessions_per_backend if self.quota else None
+        if (
+            per_tenant is not None
+            and await self.ctx.store.count_active(tenant, self.name) >= per_tenant
+        ):
+            raise ExternalQuotaExceeded(
+                f"the tenant has {per_tenant} active sessions on {self.name!r} "
+                "(external.quota.maxSessionsPerBackend)"
+            )
+
+    def _unmetered_message(self) -> str:
+        return (
+            f"backend {self.name!r} reports no usage; the tenant's external.quota.unmetered "
+            "is not 'allow'"
+        )
+
+    async def _discard(self, client: GatewayClient, ref: str) -> None:
+        try:
+            await client.close_session(ref)
+        except GatewayError as exc:
+            self._log.warning("could not close a refused session", ref=ref, error=str(exc))
+
+    async def close(self) -> None:
+        await self.connection.close()
