@@ -11,6 +11,7 @@ import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -99,15 +100,18 @@ async def test_an_external_session_is_opened_driven_and_closed_through_the_api(
         view = await _open(client)
         external = view["external"]
         assert view["stateOwner"] == "external"
-        assert external["backend"] == "ref" and external["status"] == "active"
-        assert external["ref"].startswith("ref-") and external["metering"] == "external"
+        assert external["backend"] == "ref"
+        assert external["status"] == "active"
+        assert external["ref"].startswith("ref-")
+        assert external["metering"] == "external"
         session = view["id"]
 
         first = await client.post(
             f"/v1/sessions/{session}/input", json={"text": "hi", "requestId": "r1"}
         )
         assert first.status_code == 201, first.text
-        assert first.json()["kind"] == "external.event" and first.json()["turnId"]
+        assert first.json()["kind"] == "external.event"
+        assert first.json()["turnId"]
         again = await client.post(
             f"/v1/sessions/{session}/input", json={"text": "hi", "requestId": "r1"}
         )
@@ -131,7 +135,8 @@ async def test_an_external_session_is_opened_driven_and_closed_through_the_api(
         assert (run.status_code, run.json()["error"]["code"]) == (409, "external_session")
 
         closed = await client.post(f"/v1/sessions/{session}/close")
-        assert closed.status_code == 200 and closed.json()["external"]["status"] == "closed"
+        assert closed.status_code == 200
+        assert closed.json()["external"]["status"] == "closed"
         late = await client.post(f"/v1/sessions/{session}/input", json={"text": "late"})
         assert (late.status_code, late.json()["error"]["code"]) == (409, "external_session_closed")
         assert _of_type(await _events(client, session), "session.closed")
@@ -164,10 +169,8 @@ async def test_the_tenants_quota_decides_what_may_open(
         reply = await client.post(f"/v1/sessions/{allowed['id']}/input", json={"text": "x"})
         assert reply.status_code == 201, reply.text
         (finished,) = await _finished(client, allowed["id"], 1)
-        assert (
-            "usage" not in finished["payload"]["data"]
-            and "usageReported" not in finished["payload"]
-        )
+        assert "usage" not in finished["payload"]["data"]
+        assert "usageReported" not in finished["payload"]
 
 
 async def _status_of_open(client: httpx.AsyncClient, status: int) -> dict[str, Any] | None:
@@ -183,10 +186,12 @@ async def test_cancel_reaches_the_backend_and_a_refusal_is_a_5xx(
 ) -> None:
     configs = TenantConfigs(pool)
     async with serve_api(database_dsn) as api, api.client() as client:
-        await configs.put("acme", {"external": {"backends": {
-            "slow": _document("--slow-ms", "400")["external"]["backends"]["ref"],
-            "stubborn": _document("--slow-ms", "400", "--ignore-cancel")["external"]["backends"]["ref"],
-        }, "quota": {"unmetered": "deny"}}})  # fmt: skip
+        slow = _document("--slow-ms", "400")["external"]["backends"]["ref"]
+        stubborn = _document("--slow-ms", "400", "--ignore-cancel")["external"]["backends"]["ref"]
+        backends = {"slow": slow, "stubborn": stubborn}
+        await configs.put(
+            "acme", {"external": {"backends": backends, "quota": {"unmetered": "deny"}}}
+        )
         for backend, status, code in (
             ("slow", 200, None),
             ("stubborn", 502, "backend_cancel_refused"),
@@ -202,9 +207,7 @@ async def test_cancel_reaches_the_backend_and_a_refusal_is_a_5xx(
                 assert cancel.json() == {
                     "cancelRequested": True, "turnId": sent.json()["turnId"], "cancelled": True
                 }  # fmt: skip
-                await _until(
-                    lambda s=session: _has_type(client, s, "turn.cancelled"), "turn.cancelled"
-                )
+                await _until(partial(_has_type, client, session, "turn.cancelled"), "cancelled")
             else:
                 assert cancel.json()["error"]["code"] == code
                 await _finished(client, session, 1)  # the turn went on
@@ -246,7 +249,8 @@ async def test_a_killed_backend_makes_its_sessions_unavailable_and_a_restart_res
         assert refused.json()["error"]["code"] == "external_session_unavailable"
         await _until(lambda: _is(client, session, "active"), "resumed after the restart")
         events = await _events(client, session)
-        assert _of_type(events, "backend.unavailable") and _of_type(events, "session.resumed")
+        assert _of_type(events, "backend.unavailable")
+        assert _of_type(events, "session.resumed")
         again = await client.post(f"/v1/sessions/{session}/input", json={"text": "four"})
         assert again.status_code == 201, again.text
         finished = await _finished(client, session, 1)
