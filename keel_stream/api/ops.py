@@ -62,7 +62,7 @@ async def capabilities(services: Svc, config: Config) -> Capabilities:
             "plugins": False,
             "sessions.cancel": True,
             "sessions.list": True,
-            "settings.models": False,
+            "settings.models": True,
             "settings.secrets": False,
             "subagents": False,
             "triggers": False,
