@@ -39,7 +39,9 @@ def create_app(config: ApiConfig) -> FastAPI:
         ledger = PostgresLedger(pool)
         configs = TenantConfigs(pool)
         boot = config.boot_config or load_boot_config(os.environ)
-        agents = ExternalAgents(ledger, PostgresExternalSessions(pool), configs, boot)
+        agents = ExternalAgents(
+            ledger, PostgresExternalSessions(pool), configs, boot, data_dir=config.data_dir
+        )
         await hub.start()
         await models.start()
         await agents.start()

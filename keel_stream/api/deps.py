@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Annotated, Any, Final
 
 from fastapi import Depends, Request
@@ -55,6 +56,8 @@ class ApiConfig:
     draining: asyncio.Event = field(default_factory=asyncio.Event)
     """Set when the process drains (SIGTERM): streams send what is unread, then `drain`."""
     boot_config: TenantConfig | None = None
+    data_dir: Path = Path(".keel")
+    """KEEL_DATA_DIR: the gateway's audit file and pidfiles live under it."""
     """The runtime's own configuration document; None: read KEEL_EXTERNAL_CONFIG at start."""
 
 

@@ -38,6 +38,7 @@ def api(
     ensure_port_free(settings.api_host, settings.api_port, hint=PORT_HINT)
     config = api_config(settings, dsn, settings.kafka_bootstrap)
     config.boot_config = load_boot_config(os.environ)  # a bad document stops the start here
+    config.data_dir = settings.data_dir
     server = api_server(config, settings.api_host, settings.api_port)
 
     async def serve() -> None:

@@ -127,6 +127,7 @@ async def _platform(
     }
     config = api_config(settings, dsn, servers)
     config.boot_config = load_boot_config(os.environ)
+    config.data_dir = settings.data_dir
     server = api_server(config, settings.api_host, settings.api_port, on_exit=stop.set)
     async with child_process("projections", "run", env=env) as projector:
         say(f"projections worker: pid {projector.pid}")

@@ -21,6 +21,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final, Protocol
 
 import orjson
@@ -32,10 +33,12 @@ from keel_stream.errors import (
     PayloadRule,
     UnknownBackend,
 )
+from keel_stream.gateway.audit import AuditLog
 from keel_stream.gateway.backend import Backend, BackendContext
 from keel_stream.gateway.config import TenantConfig
 from keel_stream.gateway.connection import Supervision
 from keel_stream.gateway.errors import BackendUnavailable, GatewayError
+from keel_stream.gateway.pidfiles import PidRegistry, SweepReport, sweep
 from keel_stream.gateway.recorder import Direction, ExternalTarget, Recorder, base_payload
 from keel_stream.kernel import Kind, Submission
 from keel_stream.logs import get_logger
@@ -90,14 +93,26 @@ class ExternalAgents:
         supervision: Supervision | None = None,
         environ: Mapping[str, str] | None = None,
         cache_s: float = 2.0,
+        data_dir: Path | None = None,
     ) -> None:
+        """With ``data_dir``: stdio spawns are audited (gateway/audit.jsonl) and get a pidfile
+        (gateway/pids/), and ``start`` first sweeps what a SIGKILLed runtime left there."""
         self._ledger = ledger
         self._store = store
         self._configs = configs
         self._boot = boot or TenantConfig()
         self.recorder = Recorder(ledger)
+        self._audit = None if data_dir is None else AuditLog.in_data_dir(data_dir)
+        self._registry = None if data_dir is None else PidRegistry.in_data_dir(data_dir)
+        self.last_sweep: SweepReport | None = None
         self._ctx = BackendContext(
-            ledger, store, self.recorder, supervision or Supervision(), environ or dict(os.environ)
+            ledger,
+            store,
+            self.recorder,
+            supervision or Supervision(),
+            environ or dict(os.environ),
+            self._audit,
+            self._registry,
         )
         self._cache_s = cache_s
         self._documents: dict[str, tuple[float, str, TenantConfig]] = {}
@@ -107,8 +122,17 @@ class ExternalAgents:
 
     # -- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
-        """Activate the boot document's backends; adopt every live external session (its
-        backend resumes it, or it is marked unavailable)."""
+        """Sweep the leftovers of a SIGKILLed runtime; activate the boot document's
+        backends; adopt every live external session (its backend resumes it, or it is marked
+        unavailable): the live count is recounted from what the backends resume."""
+        if self._registry is not None:
+            self.last_sweep = await asyncio.to_thread(sweep, self._registry.directory, self._audit)
+            if self.last_sweep.groups_killed:
+                self._log.warning(
+                    "swept leftover providers",
+                    groups=self.last_sweep.groups_killed,
+                    processes=self.last_sweep.processes_killed,
+                )
         for name in self._boot.external.backends:
             self._backend(_BOOT, name, self._boot).connection.activate()
         for item in await self._store.live():

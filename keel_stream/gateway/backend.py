@@ -14,10 +14,12 @@ import uuid
 from collections.abc import Mapping
 
 from keel_stream.errors import ExternalQuotaExceeded, SessionExists, UnmeteredRefused
+from keel_stream.gateway.audit import AuditLog
 from keel_stream.gateway.client import GatewayClient
 from keel_stream.gateway.config import BackendSpec, Quota
 from keel_stream.gateway.connection import Connection, ConnectionHooks, Supervision
 from keel_stream.gateway.errors import GatewayError
+from keel_stream.gateway.pidfiles import PidRegistry
 from keel_stream.gateway.protocol import Event as BackendEvent
 from keel_stream.gateway.protocol import ProviderKind
 from keel_stream.gateway.recorder import ExternalTarget, Recorder
@@ -38,12 +40,16 @@ class BackendContext:
         recorder: Recorder,
         supervision: Supervision,
         environ: Mapping[str, str],
+        audit: AuditLog | None = None,
+        registry: PidRegistry | None = None,
     ) -> None:
         self.ledger = ledger
         self.store = store
         self.recorder = recorder
         self.supervision = supervision
         self.environ = environ
+        self.audit = audit
+        self.registry = registry
 
 
 class Backend:
@@ -60,7 +66,12 @@ class Backend:
         self.sessions: dict[str, ExternalTarget] = {}
         """By the backend's own session handle (ref)."""
         hooks = ConnectionHooks(
-            on_event=self._on_event, on_lost=self._on_lost, on_up=self._on_up, environ=ctx.environ
+            on_event=self._on_event,
+            on_lost=self._on_lost,
+            on_up=self._on_up,
+            environ=ctx.environ,
+            audit=ctx.audit,
+            registry=ctx.registry,
         )
         where = f"external.backends.{name}" + (f" (tenant {scope})" if scope else "")
         self.connection = Connection(where, spec, ProviderKind.AGENT, hooks, ctx.supervision)

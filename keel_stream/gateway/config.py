@@ -48,6 +48,7 @@ __all__ = [
     "REDACTED",
     "SECRET_PREFIX",
     "BackendSpec",
+    "Budget",
     "External",
     "ModelSettings",
     "ProviderSpec",
@@ -127,8 +128,20 @@ class _Document(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, alias_generator=to_camel)
 
 
+class Budget(_Document):
+    """Resource limits of a stdio provider, set as rlimits on its process before it runs
+    (keel_stream.gateway.budget); each is optional, a missing one inherits the runtime's."""
+
+    cpu_seconds: Positive | None = None
+    address_space_mb: Positive | None = None
+    open_files: Positive | None = None
+    processes: Positive | None = None
+    """RLIMIT_NPROC: counted over every process of the runtime's user, not only this group."""
+
+
 class ProviderSpec(_Document):
-    """A provider: a stdio child (command, args, env) or an http endpoint (url, headers)."""
+    """A provider: a stdio child (command, args, env, budget) or an http endpoint (url,
+    headers)."""
 
     transport: Literal["stdio", "http"]
     command: NonEmpty | None = None
@@ -138,6 +151,7 @@ class ProviderSpec(_Document):
     headers: dict[HeaderName, Reference] = Field(default_factory=dict)
     timeout_ms: Positive | None = None
     max_sessions: Positive | None = None
+    budget: Budget | None = None
 
     @model_validator(mode="after")
     def _fits_transport(self) -> Self:
@@ -151,6 +165,11 @@ class ProviderSpec(_Document):
                 raise ValueError("transport http needs an http:// or https:// url")
             if self.command is not None or self.args or self.env:
                 raise ValueError("transport http takes url and headers, not command, args or env")
+            if self.budget is not None:
+                raise ValueError(
+                    "transport http takes no budget: the runtime cannot bound a remote process "
+                    "(set its limits where it runs)"
+                )
         return self
 
 

@@ -18,11 +18,13 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 from keel_stream.backoff import Backoff
+from keel_stream.gateway.audit import AuditLog
 from keel_stream.gateway.client import GatewayClient
 from keel_stream.gateway.config import ProviderSpec, minimal_env, resolve
 from keel_stream.gateway.config_errors import InvalidConfig
 from keel_stream.gateway.errors import ActivationRefused, BackendUnavailable, GatewayError
 from keel_stream.gateway.http import HttpTransport
+from keel_stream.gateway.pidfiles import PidRegistry
 from keel_stream.gateway.protocol import Event, ProviderKind
 from keel_stream.gateway.transport import StdioTransport, Transport
 from keel_stream.logs import get_logger
@@ -53,14 +55,33 @@ class ConnectionHooks:
     on_up: Callable[[GatewayClient, bool], Awaitable[None]] | None = None
     """Called after every successful initialize; the flag says whether it is a reconnect."""
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    audit: AuditLog | None = None
+    """Where stdio spawns, budget refusals and reclaims are recorded."""
+    registry: PidRegistry | None = None
+    """The pidfiles of stdio providers, for the sweep after a SIGKILLed runtime."""
 
 
-def build_transport(spec: ProviderSpec, environ: Mapping[str, str], where: str) -> Transport:
+def build_transport(
+    spec: ProviderSpec,
+    environ: Mapping[str, str],
+    where: str,
+    kind: ProviderKind = ProviderKind.AGENT,
+    hooks: ConnectionHooks | None = None,
+) -> Transport:
     """The transport a declared provider speaks; references resolve here and only here."""
     if spec.transport == "stdio":
         assert spec.command is not None
         env = minimal_env(spec.env, environ, f"{where}.env")
-        return StdioTransport([spec.command, *spec.args], env)
+        return StdioTransport(
+            [spec.command, *spec.args],
+            env,
+            name=where,
+            kind=str(kind),
+            budget=spec.budget,
+            declared_env=spec.env,
+            audit=None if hooks is None else hooks.audit,
+            registry=None if hooks is None else hooks.registry,
+        )
     assert spec.url is not None
     return HttpTransport(spec.url, resolve(spec.headers, environ, f"{where}.headers"))
 
@@ -110,7 +131,9 @@ class Connection:
 
     async def _start(self, *, reconnect: bool) -> GatewayClient:
         try:
-            transport = build_transport(self.spec, self.hooks.environ, self.where)
+            transport = build_transport(
+                self.spec, self.hooks.environ, self.where, self.kind, self.hooks
+            )
         except InvalidConfig as exc:  # a declared variable is not set in this runtime
             raise BackendUnavailable(exc.message) from exc
         client = GatewayClient(transport, self.kind, timeout_s=self.timeout_s)

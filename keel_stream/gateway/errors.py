@@ -8,7 +8,8 @@
         ├── BackendCancelRefused        the provider cannot cancel; the turn was not stopped
         ├── ActivationRefused           the handshake must not activate this provider
         │   ├── IncompatibleVersion     a protocol revision this client cannot speak
-        │   └── WrongProviderKind       an AgentBackend where a ToolProvider was expected, or back
+        │   ├── WrongProviderKind       an AgentBackend where a ToolProvider was expected, or back
+        │   └── BudgetRefused           a budget above the runtime's own hard limits; not spawned
         ├── ProtocolError               malformed JSON-RPC, unknown method, invalid params
         └── RemoteError                 any other error the provider answered
 
@@ -27,6 +28,7 @@ __all__ = [
     "BackendCancelRefused",
     "BackendTimeout",
     "BackendUnavailable",
+    "BudgetRefused",
     "GatewayError",
     "IncompatibleVersion",
     "ProtocolError",
@@ -89,6 +91,14 @@ class WrongProviderKind(ActivationRefused):
     """The provider is of another kind than the connection was declared for."""
 
     code = "wrong_provider_kind"
+
+
+class BudgetRefused(ActivationRefused):
+    """A stdio provider's budget asks for more than the runtime's own hard limit of a
+    resource (it cannot be granted); the provider was not spawned. ``data["refused"]`` lists
+    each limit with the value asked for and the hard limit."""
+
+    code = "backend_budget_refused"
 
 
 class ProtocolError(GatewayError):

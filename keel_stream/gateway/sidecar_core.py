@@ -2,7 +2,9 @@
 
 ``RefSidecar.handle`` takes one raw JSON-RPC message and returns an ``Outcome``: the response to
 write (None for a notification), an optional event subscription to pump after the response, and
-whether the provider was asked to shut down.  Sessions live in memory only.
+whether the provider was asked to shut down.  Sessions live in memory, and with a state file
+(``--state-file``) also in that JSON file: ids, the closed flag and every event, rewritten
+atomically after each change and loaded at start, so a restarted sidecar resumes them.
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ import os
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import orjson
 from pydantic import BaseModel, ValidationError
 
 from keel_stream.gateway.errors import ProtocolError
@@ -84,6 +88,8 @@ class SidecarOptions:
     grandchildren: int = 0
     usage: bool = True
     http_port: int | None = None
+    state_file: str | None = None
+    ignore_stdin_eof: bool = False
 
 
 @dataclass
@@ -122,7 +128,8 @@ class RefSidecar:
     def __init__(self, options: SidecarOptions) -> None:
         self.options = options
         self.received = 0
-        self.sessions: dict[str, _Session] = {}
+        self.sessions: dict[str, _Session] = self._load()
+        self._stopping = False
         self._handlers: dict[str, _Handler] = {
             Method.INITIALIZE: self._initialize,
             Method.SESSION_OPEN: self._open,
@@ -168,9 +175,36 @@ class RefSidecar:
             return Outcome(Response(request.id, _dump(reply.result)), reply.queue)
         return Outcome(Response(request.id, _dump(reply)), shutdown=shutdown)
 
+    def _load(self) -> dict[str, _Session]:
+        """The sessions of the state file (none without one); OSError or ValueError when it
+        cannot be read."""
+        path = self.options.state_file
+        if path is None or not Path(path).exists():
+            return {}
+        document = orjson.loads(Path(path).read_bytes())
+        sessions = {}
+        for stored in document["sessions"]:
+            events = [Notification(Method.EVENT_STREAM, params) for params in stored["events"]]
+            sessions[stored["id"]] = _Session(stored["id"], events, closed=stored["closed"])
+        return sessions
+
+    def _save(self) -> None:
+        if self.options.state_file is None:
+            return
+        target = Path(self.options.state_file)
+        document = {
+            "sessions": [
+                {"id": s.id, "closed": s.closed, "events": [n.params for n in s.events]}
+                for s in self.sessions.values()
+            ]
+        }
+        temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        temporary.write_bytes(orjson.dumps(document))
+        temporary.replace(target)
+
     def _session(self, session_id: str) -> _Session:
         session = self.sessions.get(session_id)
-        if session is None or session.closed:
+        if session is None or session.closed or self._stopping:
             data = {"sessionId": session_id}
             raise RpcFailure(ErrorCode.UNAVAILABLE, f"session unavailable: {session_id}", data)
         return session
@@ -181,12 +215,18 @@ class RefSidecar:
                 session.subscribers.remove(queue)
 
     def end_all(self) -> None:
-        """Close every session: turns cancelled, subscriptions ended."""
+        """Shut down: turns cancelled, subscriptions ended, every session unavailable.  The
+        state file keeps them open: a restarted sidecar resumes them."""
+        self._stopping = True
         for session in self.sessions.values():
-            self._end(session)
+            self._stop(session)
 
     def _end(self, session: _Session) -> None:
         session.closed = True
+        self._save()
+        self._stop(session)
+
+    def _stop(self, session: _Session) -> None:
         for turn in session.turns.values():
             turn.cancel()
         for queue in session.subscribers:
@@ -199,6 +239,7 @@ class RefSidecar:
         )
         notification = Notification(Method.EVENT_STREAM, _dump(event))
         session.events.append(notification)
+        self._save()
         for queue in session.subscribers:
             queue.put_nowait(notification)
 
@@ -246,6 +287,7 @@ class RefSidecar:
         SessionOpenParams.model_validate(params)
         session = _Session(id=f"ref-{uuid.uuid4().hex[:12]}")
         self.sessions[session.id] = session
+        self._save()
         metering = "external" if self.options.usage else "none"
         return SessionOpenResult(
             session_id=session.id, state_owner="external", metering=metering, last_seq=0
@@ -254,7 +296,7 @@ class RefSidecar:
     async def _resume(self, params: dict[str, Any]) -> _Reply:
         p = SessionResumeParams.model_validate(params)
         session = self.sessions.get(p.session_id)
-        if session is None or session.closed:
+        if session is None or session.closed or self._stopping:
             return SessionResumeResult(resumed=False, last_seq=0)
         return SessionResumeResult(resumed=True, last_seq=session.last_seq)
 

@@ -58,6 +58,8 @@ def parse_args(argv: Sequence[str] | None = None) -> SidecarOptions:
     parser.add_argument("--require-env", type=_names, default=(), metavar="C")
     parser.add_argument("--grandchildren", type=int, default=0, metavar="N")
     parser.add_argument("--usage", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--state-file", default=None, metavar="PATH")
+    parser.add_argument("--ignore-stdin-eof", action="store_true")
     ns = parser.parse_args(argv)
     return SidecarOptions(
         kind=_KINDS[ns.kind],
@@ -71,6 +73,8 @@ def parse_args(argv: Sequence[str] | None = None) -> SidecarOptions:
         grandchildren=ns.grandchildren,
         usage=ns.usage,
         http_port=ns.http,
+        state_file=ns.state_file,
+        ignore_stdin_eof=ns.ignore_stdin_eof,
     )
 
 
@@ -131,7 +135,8 @@ async def serve_stdio(sidecar: RefSidecar) -> None:
         while line := await reader.readline():
             if line.strip():
                 spawn(one(line), request=True)
-        stop.set()
+        if not sidecar.options.ignore_stdin_eof:  # else: live on until a signal, as a bad one
+            stop.set()
 
     spawn(read())
     await stop.wait()

@@ -19,10 +19,13 @@ import logging
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
+from keel_stream.gateway.audit import AuditLog
+from keel_stream.gateway.config import Budget
 from keel_stream.gateway.errors import BackendUnavailable, GatewayError, ProtocolError
 from keel_stream.gateway.jsonrpc import Message, RequestId, decode, encode_line
+from keel_stream.gateway.pidfiles import PidRegistry
 from keel_stream.gateway.process import ProviderProcess
 
 __all__ = ["MessageSink", "StdioTransport", "Transport"]
@@ -67,7 +70,15 @@ class StdioTransport(Transport):
         grace_s: float = 2.0,
         term_s: float = 2.0,
         stderr_keep: int = 200,
+        name: str | None = None,
+        kind: str | None = None,
+        budget: Budget | None = None,
+        declared_env: Mapping[str, str] | None = None,
+        audit: AuditLog | None = None,
+        registry: PidRegistry | None = None,
     ) -> None:
+        """``name``, ``kind``, ``budget``, ``declared_env``, ``audit`` and ``registry`` are
+        handed to ProviderProcess.spawn (a budget refusal propagates as BudgetRefused)."""
         self.command = list(command)
         self.env = dict(env)
         self.cwd = cwd
@@ -77,6 +88,14 @@ class StdioTransport(Transport):
         self.process: ProviderProcess | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._write_lock = asyncio.Lock()
+        self._spawn_options: dict[str, Any] = {
+            "name": name,
+            "kind": kind,
+            "budget": budget,
+            "declared_env": declared_env,
+            "audit": audit,
+            "registry": registry,
+        }
 
     @property
     def pgid(self) -> int | None:
@@ -84,7 +103,9 @@ class StdioTransport(Transport):
 
     async def start(self, sink: MessageSink) -> None:
         try:
-            self.process = await ProviderProcess.spawn(self.command, self.env, self.cwd)
+            self.process = await ProviderProcess.spawn(
+                self.command, self.env, self.cwd, **self._spawn_options
+            )
         except OSError as exc:
             raise BackendUnavailable(f"cannot start provider {self.command[0]!r}: {exc}") from exc
         self._tasks = [

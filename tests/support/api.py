@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
+import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import orjson
@@ -50,6 +53,7 @@ async def serve_api(
     config = ApiConfig(
         database_url, bootstrap, topic_prefix, heartbeat_s=1.0, boot_config=boot_config
     )
+    config.data_dir = Path(tempfile.mkdtemp(prefix="keel-api-"))
     port = free_port()
     server = api_server(config, "127.0.0.1", port)
     task = asyncio.create_task(server.serve())
@@ -63,6 +67,7 @@ async def serve_api(
         config.draining.set()
         server.should_exit = True
         await asyncio.wait_for(task, 30)
+        shutil.rmtree(config.data_dir, ignore_errors=True)
 
 
 @dataclass(frozen=True)
