@@ -18,6 +18,7 @@ from typing import Any
 import asyncpg
 import httpx
 
+from keel_stream.gateway.process import ProviderProcess
 from keel_stream.store.tenant_configs import TenantConfigs
 from tests.support.api import serve_api
 
@@ -281,3 +282,31 @@ async def _is(client: httpx.AsyncClient, session: str, status: str) -> bool:
 
 async def _at_least(value: Awaitable[int], floor: int) -> bool:
     return await value >= floor
+
+
+async def test_an_http_backend_serves_sessions_and_its_death_is_noticed_within_a_bound(
+    database_dsn: str, pool: asyncpg.Pool
+) -> None:
+    sidecar = await ProviderProcess.spawn(
+        [sys.executable, "-m", "keel_stream.gateway.sidecar_ref", "--kind", "agent", "--http", "0"],
+        {"PATH": os.environ["PATH"]},
+    )
+    try:
+        assert sidecar.proc.stdout is not None
+        line = await asyncio.wait_for(sidecar.proc.stdout.readline(), DEADLINE_S)
+        url = line.decode().split()[1]
+        backend = {"transport": "http", "url": url, "timeoutMs": 5000}
+        document = {"external": {"backends": {"ref": backend}, "quota": {"unmetered": "deny"}}}
+        async with serve_api(database_dsn) as api, api.client() as client:
+            await TenantConfigs(pool).put("acme", document)
+            session = (await _open(client))["id"]
+            sent = await client.post(f"/v1/sessions/{session}/input", json={"text": "over http"})
+            assert sent.status_code == 201, sent.text
+            (finished,) = await _finished(client, session, 1)
+            assert finished["payload"]["data"]["text"] == "echo: over http"
+            os.killpg(sidecar.pgid, signal.SIGKILL)
+            began = time.monotonic()
+            await _until(partial(_is, client, session, "backend-unavailable"), "unavailable")
+            assert time.monotonic() - began < 10.0  # health every 2 s, lost after 2 failures
+    finally:
+        await sidecar.terminate(grace_s=0.0)
