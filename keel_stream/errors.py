@@ -313,7 +313,6 @@ class ExternalQuotaExceeded(QuotaRefused):
     """A backend's maxSessions or the tenant's maxSessionsPerBackend is reached."""
 
     code = "external_quota_exceeded"
-    retriable = True
 
 
 class StoreError(KeelError):

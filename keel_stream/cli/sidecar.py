@@ -41,6 +41,12 @@ def sidecar_ref(
         int, typer.Option(min=0, help="Spawn N sleeping grandchild processes.")
     ] = 0,
     usage: Annotated[bool, typer.Option(help="Report usage (metering=external).")] = True,
+    state_file: Annotated[
+        str | None, typer.Option(help="Keep sessions in this file (resumable after a restart).")
+    ] = None,
+    ignore_stdin_eof: Annotated[
+        bool, typer.Option(help="Keep running after stdin closes (a misbehaving provider).")
+    ] = False,
 ) -> None:
     """Run the reference sidecar on stdio (or on Streamable HTTP with --http PORT)."""
     # Imported here: loading the CLI must not load the gateway (and its error classes).
@@ -58,6 +64,8 @@ def sidecar_ref(
         forbid_env=_names(forbid_env),
         require_env=_names(require_env),
         grandchildren=grandchildren,
+        state_file=state_file,
+        ignore_stdin_eof=ignore_stdin_eof,
         usage=usage,
         http_port=http,
     )

@@ -108,10 +108,11 @@ def wrap_command(command: Sequence[str], limits: Sequence[Limit]) -> list[str]:
     return [sys.executable, "-I", "-S", "-c", _WRAPPER, specs, *command]
 
 
-def cgroup_v2_status(root: Path = Path("/sys/fs/cgroup")) -> str | None:
+def cgroup_v2_status(
+    root: Path = Path("/sys/fs/cgroup"), membership: Path = Path("/proc/self/cgroup")
+) -> str | None:
     """None when this process could put a provider in a cgroup v2 of its own with memory,
     cpu and pids controllers; else why not (it is then rlimits only)."""
-    membership = Path("/proc/self/cgroup")
     try:
         lines = membership.read_text().splitlines()
     except OSError as exc:

@@ -43,6 +43,7 @@ __all__ = [
     "group_members",
     "proc_stat",
     "sweep",
+    "sweep_data_dir",
 ]
 
 PIDS_DIR: Final = Path("gateway") / "pids"
@@ -242,3 +243,10 @@ def sweep(
             report.stale += 1
         path.unlink(missing_ok=True)
     return report
+
+
+def sweep_data_dir(data_dir: Path | str, grace_s: float = 1.0) -> SweepReport:
+    """The start-up sweep of a runtime's data directory (KEEL_DATA_DIR): its pidfiles, audited
+    in its audit log.  Blocking (up to twice ``grace_s`` per group): call it before the event
+    loop starts, or through ``asyncio.to_thread``."""
+    return sweep(Path(data_dir) / PIDS_DIR, AuditLog.in_data_dir(data_dir), grace_s)

@@ -8,6 +8,10 @@ stdin EOF it exits by itself.  With ``--http PORT`` it serves POST ``/rpc`` on 1
 any free port) and first prints ``listening http://127.0.0.1:<port>/rpc`` on stdout.  The switches
 (see docs/external.md) simulate the misbehaviour the gateway must survive.  ``--grandchildren N``
 processes are deliberately left behind at exit: reclaiming them is the transport's job.
+``--ignore-stdin-eof`` keeps it running after stdin EOF (a provider that outlives its runtime).
+``--state-file PATH`` keeps the sessions (ids, closed flag, events) in a JSON file, rewritten
+atomically after each change and loaded at start: after a crash and restart, ``session.resume``
+answers resumed=true with the stored lastSeq and ``event.stream`` replays the stored events.
 """
 
 from __future__ import annotations
@@ -205,8 +209,12 @@ def run(options: SidecarOptions) -> int:
     if refusal is not None:
         print(refusal, file=sys.stderr, flush=True)
         return 2
+    try:
+        sidecar = RefSidecar(options)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"refusing to start: unreadable state file: {exc}", file=sys.stderr, flush=True)
+        return 2
     _spawn_grandchildren(options.grandchildren)
-    sidecar = RefSidecar(options)
     if options.http_port is not None:
         asyncio.run(serve_http(sidecar, options.http_port))
     else:

@@ -196,6 +196,33 @@ def test_values_are_not_coerced_and_transports_keep_their_fields() -> None:
     assert "must be a JSON object" in _refused(["not", "an", "object"])
 
 
+def test_a_stdio_provider_takes_a_budget_and_an_http_one_does_not() -> None:
+    budget = {"cpuSeconds": 30, "addressSpaceMb": 2048, "openFiles": 256, "processes": 64}
+    document = _seed()
+    document["external"]["backends"]["dsh"]["budget"] = budget
+    config = parse_config(document)
+    dsh = config.external.backends["dsh"].budget
+    assert dsh is not None
+    assert (dsh.cpu_seconds, dsh.address_space_mb, dsh.open_files, dsh.processes) == (
+        30,
+        2048,
+        256,
+        64,
+    )
+    assert config.document() == document, "the budget round-trips in camelCase"
+    assert config.external.tools["docs"].budget is None
+    for wrong, path in [({"openFiles": 0}, "openFiles"), ({"memoryMb": 1}, "memoryMb")]:
+        document["external"]["backends"]["dsh"]["budget"] = wrong
+        assert f"external.backends.dsh.budget.{path}" in _refused(document)
+    document = _seed()
+    document["external"]["backends"]["dsh"]["budget"] = {"openFiles": "64"}
+    assert "external.backends.dsh.budget.openFiles" in _refused(document), "no coercion"
+    document = _seed()
+    document["external"]["tools"]["docs"]["budget"] = {"openFiles": 64}
+    message = _refused(document)
+    assert "external.tools.docs: transport http takes no budget" in message
+
+
 def test_minimal_env_is_the_allow_list_plus_the_declared_variables() -> None:
     environ = {
         "PATH": "/usr/bin",
