@@ -3,9 +3,13 @@ the other commands one each."""
 
 from __future__ import annotations
 
+import os
+
 from keel_stream.api.app import ApiConfig
+from keel_stream.gateway.config import load_boot_config
 from keel_stream.relay import RelayConfig, Shard
 from keel_stream.settings import KeelSettings
+from keel_stream.worker.agent_settings import ModelProviders
 from keel_stream.worker.providers import FakeProvider, OpenAIProvider, Provider
 from keel_stream.worker.worker import WorkerConfig
 
@@ -33,6 +37,7 @@ def provider(settings: KeelSettings) -> Provider:
 
 
 def worker_config(settings: KeelSettings, dsn: str, bootstrap: str | None) -> WorkerConfig:
+    """InvalidConfig when KEEL_EXTERNAL_CONFIG names a file that is not a valid document."""
     return WorkerConfig(
         database_url=dsn,
         bootstrap=bootstrap,
@@ -43,6 +48,8 @@ def worker_config(settings: KeelSettings, dsn: str, bootstrap: str | None) -> Wo
         max_turns=settings.worker_max_turns,
         context_budget_chars=settings.worker_context_budget_chars,
         provider=provider(settings),
+        boot_config=load_boot_config(os.environ),
+        model_providers=ModelProviders(settings.openai_base_url, settings.openai_api_key),
     )
 
 

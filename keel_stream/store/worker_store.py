@@ -1,11 +1,13 @@
-"""What a worker needs of the store: the ledger, its run rows, and wake-ups (a commit happened;
-a client asked to cancel a session's attempt), on PostgreSQL (LISTEN) or in memory."""
+"""What a worker needs of the store: the ledger, its run rows, the tenants' configuration
+documents, and wake-ups (a commit happened; a client asked to cancel a session's attempt), on
+PostgreSQL (LISTEN) or in memory."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from keel_stream.store.connect import create_pool
 from keel_stream.store.memory import MemoryStore
@@ -13,18 +15,27 @@ from keel_stream.store.notifications import Listener
 from keel_stream.store.postgres import PostgresLedger
 from keel_stream.store.protocol import Ledger, Runs
 from keel_stream.store.runs import PostgresRuns
+from keel_stream.store.tenant_configs import StoredConfig, TenantConfigs
 
-__all__ = ["WorkerStore", "memory_worker_store", "postgres_worker_store"]
+__all__ = ["TenantConfigReader", "WorkerStore", "memory_worker_store", "postgres_worker_store"]
 
 OnCommit = Callable[[], None]
 OnCancel = Callable[[str, str], None]
 """Called with (tenant, session)."""
 
 
+class TenantConfigReader(Protocol):
+    async def latest(self, tenant: str) -> StoredConfig | None:
+        """The newest stored version of the tenant's document, or None."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class WorkerStore:
     ledger: Ledger
     runs: Runs
+    configs: TenantConfigReader | None = None
+    """None: no stored documents (the memory store); only the boot document applies."""
 
 
 @contextlib.asynccontextmanager
@@ -50,7 +61,9 @@ async def postgres_worker_store(
     try:
         for listener in listeners:
             await listener.start()
-        yield WorkerStore(PostgresLedger(pool), PostgresRuns(pool, owner, lease_ttl_s))
+        yield WorkerStore(
+            PostgresLedger(pool), PostgresRuns(pool, owner, lease_ttl_s), TenantConfigs(pool)
+        )
     finally:
         for listener in listeners:
             await listener.stop()

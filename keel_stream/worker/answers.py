@@ -13,16 +13,16 @@ from typing import Any
 
 from keel_stream.kernel import StopReason
 from keel_stream.store.protocol import Claim
+from keel_stream.worker.agent_settings import TurnModel
 from keel_stream.worker.partials import PartialsPublisher
 from keel_stream.worker.providers.base import (
     Finish,
-    Provider,
     ProviderRequest,
     TextDelta,
     ToolCall,
+    ToolSpec,
 )
 from keel_stream.worker.signals import Signals, Stopped, stream_unless_stopped
-from keel_stream.worker.tools import TOOLS
 
 __all__ = ["Answer", "ask_model"]
 
@@ -50,7 +50,8 @@ def _call_block(call: ToolCall, fallback_id: str) -> dict[str, Any]:
 
 
 async def ask_model(
-    provider: Provider,
+    model: TurnModel,
+    tools: Sequence[ToolSpec],
     partials: PartialsPublisher,
     claim: Claim,
     messages: Sequence[Mapping[str, Any]],
@@ -64,10 +65,14 @@ async def ask_model(
         session=claim.session,
         generation_id=generation_id,
         messages=messages,
-        tools=[t.spec for t in TOOLS.values()],
+        tools=tools,
         attempt=claim.attempts,
         turn=turn,
+        system_prompt=model.system_prompt,
+        temperature=model.temperature,
+        max_tokens=model.max_tokens,
     )
+    provider = model.provider
     text: list[str] = []
     calls: list[ToolCall] = []
     finish = Finish(StopReason.ERROR, error="provider ended without a finish")

@@ -2,12 +2,15 @@
 
 Order per turn (the ordering contract): at the request boundary, guide inputs committed since the
 last boundary join the inputs waiting to be presented (one message each, after the sibling tool
-results), and the context is compacted first if it outgrew its budget; the request carries the
-transcript's model view, and the inputs it presents become its inputSeqs, so the log replays
-exactly what the model saw. The provider's output is assembled and committed as an
-assistant.message before any tool runs; each tool call's result is committed as a tool.result
-keyed by its toolCallId. The loop ends at end_turn, on a provider error, on cancel, or at the
-turn bound; the settler then commits run.finished under the same lease and settles the run.
+results); the inputs the request presents choose its model among the tenant's settings
+(keel_stream.worker.agent_settings: provider, system prompt, sampling, compaction budget), and
+the context is compacted first if it outgrew that budget; the request carries the transcript's
+model view and the tools (built-ins and the tenant's ToolProviders'), and the inputs it presents
+become its inputSeqs, so the log replays exactly what the model saw. The provider's output is
+assembled and committed as an assistant.message before any tool runs; each tool call's result is
+committed as a tool.result keyed by its toolCallId. The loop ends at end_turn, on a provider
+error, on a refused settings choice, on cancel, or at the turn bound; the settler then commits
+run.finished under the same lease and settles the run.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
 from keel_stream.kernel import Event, InputTally, Kind, StopReason
@@ -22,14 +26,23 @@ from keel_stream.kernel.validation import tool_call_blocks
 from keel_stream.logs import get_logger
 from keel_stream.projections.transcript import TRANSCRIPT, TranscriptState
 from keel_stream.store.protocol import Claim, Ledger, Runs
+from keel_stream.worker.agent_settings import (
+    AttemptSettings,
+    ModelProviders,
+    ProviderFactory,
+    SettingsRefused,
+    TenantConfigCache,
+    TurnModel,
+)
 from keel_stream.worker.answers import Answer, ask_model
 from keel_stream.worker.compaction import Compactor
 from keel_stream.worker.partials import PartialsPublisher
-from keel_stream.worker.providers.base import Provider
+from keel_stream.worker.providers.base import Provider, ToolSpec
 from keel_stream.worker.session_io import Fenced, SessionIO
 from keel_stream.worker.settling import AttemptRecord, AttemptResult, Settler
 from keel_stream.worker.signals import Signals, Stopped, unless_stopped
-from keel_stream.worker.tools import run_tool
+from keel_stream.worker.tool_providers import ToolProviders
+from keel_stream.worker.toolbox import Toolbox
 
 __all__ = ["AgentLoop", "AttemptResult", "Signals"]
 
@@ -48,6 +61,14 @@ def _unanswered_calls(state: TranscriptState) -> list[Mapping[str, Any]]:
     return []
 
 
+@dataclass(frozen=True, slots=True)
+class _Attempt:
+    """What one attempt runs with: its tenant's model settings and tools."""
+
+    settings: AttemptSettings
+    toolbox: Toolbox
+
+
 class AgentLoop:
     def __init__(
         self,
@@ -57,14 +78,30 @@ class AgentLoop:
         partials: PartialsPublisher,
         max_turns: int = 8,
         context_budget_chars: int = 0,
+        *,
+        configs: TenantConfigCache | None = None,
+        model_providers: ProviderFactory | None = None,
+        tool_providers: ToolProviders | None = None,
     ) -> None:
         self._ledger = ledger
-        self._provider = provider
         self._partials = partials
         self._max_turns = max_turns
         self._settler = Settler(runs, provider.name, provider.model)
-        self._compactor = Compactor(provider, context_budget_chars)
+        self._fallback = TurnModel(provider, context_budget_chars)
+        self._configs = configs or TenantConfigCache(None, None)
+        self._model_providers = model_providers or ModelProviders()
+        self._tool_providers = tool_providers
         self._log = get_logger("worker")
+
+    async def _setup(self, tenant: str, history: list[Event]) -> _Attempt:
+        resolved = await self._configs.resolve(tenant)
+        settings = AttemptSettings(resolved, self._fallback, self._model_providers)
+        settings.observe(history)
+        connections = []
+        if resolved is not None and self._tool_providers is not None:
+            declared = resolved.config.external.tools
+            connections = self._tool_providers.for_tenant(tenant, declared)
+        return _Attempt(settings, Toolbox(connections))
 
     async def run_attempt(self, claim: Claim, signals: Signals) -> AttemptResult:
         """Run (or, after a takeover, settle) one attempt; never raises for the attempt's own
@@ -95,10 +132,11 @@ class AgentLoop:
         history = await io.read_log()
         if not InputTally().observe_many(history).account(io.claim.read_watermark).needs_turn:
             return  # Nothing owed (a race with an answer): settled done, with its summary.
+        attempt = await self._setup(io.claim.tenant, history)
         transcript = TRANSCRIPT.apply_many(TRANSCRIPT.initial(), history)
         seen = history[-1].seq if history else 0
         while True:
-            transcript = await self._answer_calls(io, transcript, record, signals)
+            transcript = await self._answer_calls(io, transcript, record, signals, attempt)
             if signals.cancel.is_set():
                 record.cancelled, record.stop_reason = True, StopReason.ABORTED
                 break
@@ -106,34 +144,51 @@ class AgentLoop:
                 record.failed, record.stop_reason = True, StopReason.MAX_TURNS
                 record.error = f"stopped after {record.turns} turns"
                 break
-            transcript, seen = await self._request_boundary(io, transcript, seen, signals)
+            transcript, seen = await self._take_guides(io, transcript, seen, attempt)
+            try:
+                model = attempt.settings.model_for({m["seq"] for m in transcript.waiting})
+            except SettingsRefused as exc:
+                await self._refuse(io, transcript, record, str(exc))
+                break
+            transcript, seen = await self._compact(io, transcript, seen, model, signals)
+            tools = await self._tools(attempt, signals)
             record.turns += 1
             answer = await ask_model(
-                self._provider, self._partials, io.claim, transcript.model_view,
+                model, tools, self._partials, io.claim, transcript.model_view,
                 record.turns, signals,
             )  # fmt: skip
-            committed = await self._commit_answer(io, answer, transcript, record)
+            committed = await self._commit_answer(io, answer, transcript, record, model)
             seen = max(seen, committed.seq)
             transcript = TRANSCRIPT.apply_many(transcript, [committed])
             if answer.cancelled or record.stop_reason != StopReason.TOOL_USE:
                 break
         record.context_messages = len(transcript.model_view)
 
-    async def _request_boundary(
-        self, io: SessionIO, transcript: TranscriptState, seen: int, signals: Signals
+    async def _take_guides(
+        self, io: SessionIO, transcript: TranscriptState, seen: int, attempt: _Attempt
     ) -> tuple[TranscriptState, int]:
-        """Guides committed since the last boundary join this request; compact if needed."""
+        """Guides committed since the last request boundary join this request."""
         fresh = await io.read_log(after=seen)
-        if fresh:
-            seen = fresh[-1].seq
-            guides = [
-                e
-                for e in fresh
-                if e.kind == Kind.USER_MESSAGE and e.payload.get("delivery") == _GUIDE
-            ]
-            transcript = TRANSCRIPT.apply_many(transcript, guides)
+        if not fresh:
+            return transcript, seen
+        guides = [
+            e for e in fresh if e.kind == Kind.USER_MESSAGE and e.payload.get("delivery") == _GUIDE
+        ]
+        attempt.settings.observe(guides)
+        return TRANSCRIPT.apply_many(transcript, guides), fresh[-1].seq
+
+    async def _compact(
+        self,
+        io: SessionIO,
+        transcript: TranscriptState,
+        seen: int,
+        model: TurnModel,
+        signals: Signals,
+    ) -> tuple[TranscriptState, int]:
+        """Compact first if the context outgrew the turn's budget."""
+        compactor = Compactor(model.provider, model.budget_chars)
         try:
-            compaction = await self._compactor.compact(io, transcript, signals)
+            compaction = await compactor.compact(io, transcript, signals)
         except Stopped:
             if signals.fenced.is_set():
                 raise Fenced("lease lost while compacting") from None
@@ -143,21 +198,56 @@ class AgentLoop:
             seen = max(seen, compaction.seq)
         return transcript, seen
 
+    async def _tools(self, attempt: _Attempt, signals: Signals) -> list[ToolSpec]:
+        """The request's tools; a cancel while providers connect leaves theirs out."""
+        try:
+            return await unless_stopped(attempt.toolbox.specs(), signals)
+        except Stopped:
+            if signals.fenced.is_set():
+                raise Fenced("lease lost while tool providers connected") from None
+            return await Toolbox().specs()
+
+    async def _refuse(
+        self, io: SessionIO, transcript: TranscriptState, record: AttemptRecord, error: str
+    ) -> None:
+        """The tenant's settings cannot serve the request: a failed answer presents its inputs
+        (so the run fails for good instead of being owed again) without asking any model."""
+        record.failed, record.permanent = True, True
+        record.stop_reason, record.error = StopReason.ERROR, error
+        payload: dict[str, Any] = {
+            "role": "assistant",
+            "content": [],
+            "inputSeqs": [m["seq"] for m in transcript.waiting],
+            "stopReason": StopReason.ERROR,
+            "generationId": f"g{io.claim.lease.epoch}-{record.turns + 1}",
+            "errorMessage": error,
+        }
+        await io.commit(Kind.ASSISTANT_MESSAGE, payload)
+
     async def _commit_answer(
-        self, io: SessionIO, answer: Answer, transcript: TranscriptState, record: AttemptRecord
+        self,
+        io: SessionIO,
+        answer: Answer,
+        transcript: TranscriptState,
+        record: AttemptRecord,
+        model: TurnModel,
     ) -> Event:
         finish = answer.finish
         record.add_usage(finish.usage)
         record.stop_reason = StopReason.ABORTED if answer.cancelled else finish.stop_reason
+        record.model = model
         payload: dict[str, Any] = {
             "role": "assistant",
             "content": answer.content,
             "inputSeqs": [m["seq"] for m in transcript.waiting],
             "stopReason": record.stop_reason,
             "generationId": answer.generation_id,
-            "provider": self._provider.name,
-            "model": self._provider.model,
+            "provider": model.provider.name,
+            "model": model.provider.model,
         }
+        settings = model.settings_record()
+        if settings is not None:
+            payload["settings"] = settings
         if finish.usage:
             payload["usage"] = dict(finish.usage)
         if answer.cancelled:
@@ -170,18 +260,28 @@ class AgentLoop:
         return await io.commit(Kind.ASSISTANT_MESSAGE, payload)
 
     async def _answer_calls(
-        self, io: SessionIO, transcript: TranscriptState, record: AttemptRecord, signals: Signals
+        self,
+        io: SessionIO,
+        transcript: TranscriptState,
+        record: AttemptRecord,
+        signals: Signals,
+        attempt: _Attempt,
     ) -> TranscriptState:
         """Run the latest answer's calls that have no result yet, committing each result."""
         for call in _unanswered_calls(transcript):
-            event = await self._run_tool(io, call, record, signals)
+            event = await self._run_tool(io, call, record, signals, attempt.toolbox)
             if event is None:
                 break
             transcript = TRANSCRIPT.apply_many(transcript, [event])
         return transcript
 
     async def _run_tool(
-        self, io: SessionIO, call: Mapping[str, Any], record: AttemptRecord, signals: Signals
+        self,
+        io: SessionIO,
+        call: Mapping[str, Any],
+        record: AttemptRecord,
+        signals: Signals,
+        toolbox: Toolbox,
     ) -> Event | None:
         """Run one call and commit its result; None if cancelled while it ran."""
         began = time.monotonic()
@@ -191,7 +291,7 @@ class AgentLoop:
         else:
             try:
                 text, is_error = await unless_stopped(
-                    run_tool(str(call["name"]), call.get("arguments", {})), signals
+                    toolbox.run(str(call["name"]), call.get("arguments", {})), signals
                 )
             except Stopped:
                 if signals.fenced.is_set():

@@ -26,6 +26,7 @@ from keel_stream.kernel import (
 from keel_stream.kernel.status import fresh_budget
 from keel_stream.logs import get_logger
 from keel_stream.store.protocol import Runs, Settlement
+from keel_stream.worker.agent_settings import TurnModel
 from keel_stream.worker.session_io import SessionIO
 
 __all__ = ["AttemptRecord", "AttemptResult", "Settler"]
@@ -55,6 +56,8 @@ class AttemptRecord:
     permanent: bool = False
     duration_ms: int | None = None
     """Known only for attempts this process ran."""
+    model: TurnModel | None = None
+    """What the latest answer ran on; None: the worker's provider."""
     abandoned_epoch: int | None = None
     """For an attempt whose worker died: the epoch it ran under (its summary is committed
     under the epoch of the worker that took the run over)."""
@@ -155,6 +158,12 @@ class Settler:
             "model": self._model,
             "epoch": io.claim.lease.epoch,
         }
+        if record.model is not None:
+            summary["provider"] = record.model.provider.name
+            summary["model"] = record.model.provider.model
+            settings = record.model.settings_record()
+            if settings is not None:
+                summary["settings"] = settings
         if record.duration_ms is not None:
             summary["durationMs"] = record.duration_ms
         if record.error:

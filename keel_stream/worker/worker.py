@@ -7,6 +7,8 @@ the attempt at once through `NOTIFY keel_cancels` (the heartbeat also sees it, a
 On stop (SIGTERM) the worker claims nothing more, lets running attempts finish for
 `drain_grace_s`, then releases the rest: they go back to pending, unanswered input intact, and
 another worker continues them (a released attempt is not settled and has no summary).
+Each attempt runs on its tenant's model settings and tools (keel_stream.worker.agent_settings,
+keel_stream.worker.tool_providers); the worker closes every tool provider when it stops.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import socket
 from dataclasses import dataclass, field
 
 from keel_stream.errors import KeelError, StoreUnavailable
+from keel_stream.gateway.config import TenantConfig
 from keel_stream.logs import get_logger
 from keel_stream.store.memory import MemoryStore
 from keel_stream.store.protocol import Claim, Runs
@@ -27,10 +30,12 @@ from keel_stream.store.worker_store import (
     postgres_worker_store,
 )
 from keel_stream.topics.catalog import PARTIALS
+from keel_stream.worker.agent_settings import ModelProviders, ProviderFactory, TenantConfigCache
 from keel_stream.worker.loop import AgentLoop, Signals
 from keel_stream.worker.partials import PartialsPublisher
 from keel_stream.worker.providers.base import Provider
 from keel_stream.worker.providers.fake import FakeProvider
+from keel_stream.worker.tool_providers import ToolProviders
 
 __all__ = ["Worker", "WorkerConfig"]
 
@@ -49,6 +54,13 @@ class WorkerConfig:
     context_budget_chars: int = 0
     """Compact a session's model context above this many characters; 0: never."""
     provider: Provider = field(default_factory=FakeProvider)
+    """The provider of tenants whose document declares no models."""
+    boot_config: TenantConfig | None = None
+    """The runtime's boot document (KEEL_EXTERNAL_CONFIG): for tenants with none stored."""
+    model_providers: ProviderFactory = field(default_factory=ModelProviders)
+    """The provider a tenant's model settings run on."""
+    config_ttl_s: float = 2.0
+    """How long a tenant's document is reused before it is read again."""
 
     @property
     def heartbeat_s(self) -> float:
@@ -87,9 +99,13 @@ class Worker:
         config = self._config
         partials = PartialsPublisher(config.bootstrap, PARTIALS.full_name(config.topic_prefix))
         await partials.start()
+        tool_providers = ToolProviders()
         loop = AgentLoop(
             store.ledger, store.runs, config.provider, partials,
             config.max_turns, config.context_budget_chars,
+            configs=TenantConfigCache(store.configs, config.boot_config, config.config_ttl_s),
+            model_providers=config.model_providers,
+            tool_providers=tool_providers,
         )  # fmt: skip
         self._log.info("ready", slots=config.slots)
         try:
@@ -108,6 +124,7 @@ class Worker:
                     await asyncio.wait_for(_first(wake, stop), config.poll_s)
             await self._drain(store.runs)
         finally:
+            await tool_providers.aclose()
             await partials.stop()
             self._log.info("stopped")
 

@@ -50,7 +50,10 @@ class Fault:
     no_finish_reason: bool = False
     """Leave the finish_reason chunk out (the stream still ends with usage and [DONE])."""
     tool_arguments: str | None = None
-    """Answer with a call to `echo` whose arguments are this raw text."""
+    """Answer with a call to `tool_name` whose arguments are this raw text."""
+    tool_name: str = "echo"
+    """The tool a `tool_arguments` answer calls (a scripted call to any tool offered)."""
+    tool_call_id: str = "call_bad"
 
 
 def _drop_connection(request: Request) -> None:
@@ -112,8 +115,9 @@ class ChatServer:
         """The whole answer as SSE events: deltas, the finish_reason, usage, [DONE]."""
         last = body["messages"][-1]
         if fault.tool_arguments is not None:
-            call = {"index": 0, "id": "call_bad", "type": "function",
-                    "function": {"name": "echo", "arguments": fault.tool_arguments}}  # fmt: skip
+            call = {"index": 0, "id": fault.tool_call_id, "type": "function",
+                    "function": {"name": fault.tool_name,
+                                 "arguments": fault.tool_arguments}}  # fmt: skip
             deltas, finish = [_chunk({"role": "assistant", "tool_calls": [call]})], "tool_calls"
         elif last["role"] == "tool":
             deltas = [

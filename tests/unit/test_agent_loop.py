@@ -8,8 +8,10 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
 
+from keel_stream.gateway.config import ModelSettings, parse_config
 from keel_stream.kernel import CommitRequest, Event, account_inputs
 from keel_stream.store import MemoryStore
+from keel_stream.worker.providers import FakeProvider
 from keel_stream.worker.worker import Worker, WorkerConfig
 from tests.support.wait import wait_until
 from tests.support.workers import RecordingProvider
@@ -145,3 +147,149 @@ async def test_nothing_owed_at_a_claim_ends_the_attempt_with_its_summary() -> No
     events = await log(store)
     summaries = [e.payload for e in events if e.kind == "run.finished"]
     assert [(s["status"], s["turns"]) for s in summaries] == [("done", 1), ("done", 0)]
+
+
+SETTINGS_DOCUMENT: dict[str, Any] = {
+    "settings": {
+        "models": {
+            "plain": {"provider": "fake", "model": "plain-1"},
+            "careful": {
+                "provider": "fake",
+                "model": "careful-1",
+                "systemPrompt": "Think first.",
+                "temperature": 0.1,
+                "maxTokens": 32,
+                "contextBudgetChars": 100000,
+            },
+        },
+        "defaultModel": "plain",
+    }
+}
+
+
+def recording_models() -> tuple[dict[str, RecordingProvider], Any]:
+    made: dict[str, RecordingProvider] = {}
+
+    def factory(settings: ModelSettings) -> RecordingProvider:
+        return made.setdefault(settings.model, RecordingProvider(FakeProvider(settings.model)))
+
+    return made, factory
+
+
+async def select(store: MemoryStore, text: str, key: str, model: str | None) -> int:
+    payload: dict[str, Any] = {"text": text}
+    if model is not None:
+        payload["selection"] = {"model": model}
+    request = CommitRequest(
+        tenant_id="acme", session_id="s1", kind="user.message", payload=payload, key=key
+    )
+    return (await store.commit(request)).seq
+
+
+async def test_a_selected_model_of_the_boot_document_runs_every_turn_of_the_attempt() -> None:
+    store = await new_store()
+    made, factory = recording_models()
+    boot = parse_config(SETTINGS_DOCUMENT)
+    async with worker(store, boot_config=boot, model_providers=factory):
+        await select(store, 'use a tool [[tool:echo {"x": 1}]]', "r1", "careful")
+        await settled(store, "done")
+    events = await log(store)
+    answers = [e for e in events if e.kind == "assistant.message"]
+    assert len(answers) == 2, "a tool turn, then the answer"
+    for answer in answers:
+        assert (answer.payload["provider"], answer.payload["model"]) == ("fake", "careful-1")
+        assert answer.payload["settings"] == {"model": "careful", "configVersion": "boot"}
+    requests = made["careful-1"].requests
+    assert [(r.system_prompt, r.temperature, r.max_tokens) for r in requests] == [
+        ("Think first.", 0.1, 32),
+        ("Think first.", 0.1, 32),
+    ]
+    assert "plain-1" not in made
+    summary = events[-1].payload
+    assert (summary["model"], summary["settings"]["model"]) == ("careful-1", "careful")
+
+
+async def test_an_input_without_selection_uses_the_earlier_selection_then_the_default() -> None:
+    store = await new_store()
+    _, factory = recording_models()
+    async with worker(store, boot_config=parse_config(SETTINGS_DOCUMENT), model_providers=factory):
+        await select(store, "first", "r1", "careful")
+        await settled(store, "done")
+        await select(store, "second", "r2", None)
+        await wait_until(lambda: _answers_at_least(store, 2), 10, "the second answer")
+        await settled(store, "done")
+    answers = [e for e in await log(store) if e.kind == "assistant.message"]
+    assert [a.payload["settings"]["model"] for a in answers] == ["careful", "careful"]
+
+    fresh = await new_store()
+    async with worker(fresh, boot_config=parse_config(SETTINGS_DOCUMENT), model_providers=factory):
+        await select(fresh, "no selection at all", "r1", None)
+        await settled(fresh, "done")
+    (answer,) = [e for e in await log(fresh) if e.kind == "assistant.message"]
+    assert answer.payload["settings"] == {"model": "plain", "configVersion": "boot"}
+    assert answer.payload["model"] == "plain-1"
+
+
+async def _answers_at_least(store: MemoryStore, count: int) -> bool:
+    return len([e for e in await log(store) if e.kind == "assistant.message"]) >= count
+
+
+async def test_an_undeclared_model_fails_the_run_at_once_without_asking_the_model() -> None:
+    store = await new_store()
+    made, factory = recording_models()
+    boot = parse_config(SETTINGS_DOCUMENT)
+    async with worker(store, boot_config=boot, model_providers=factory):
+        await select(store, "hello", "r1", "vanished")
+        await settled(store, "failed")
+    events = await log(store)
+    kinds = [e.kind for e in events]
+    assert kinds == ["user.message", "assistant.message", "run.finished"], "one attempt, no retry"
+    refusal = events[1].payload
+    assert (refusal["stopReason"], refusal["inputSeqs"], refusal["content"]) == ("error", [1], [])
+    assert "'vanished'" in refusal["errorMessage"]
+    summary = events[-1].payload
+    assert summary["status"] == "failed"
+    assert "'vanished'" in summary["error"]
+    assert "plain, careful" in summary["error"] or "careful, plain" in summary["error"]
+    assert not made
+
+
+async def test_without_a_document_the_worker_provider_runs_and_no_settings_are_recorded() -> None:
+    store = await new_store()
+    provider = RecordingProvider()
+    async with worker(store, provider=provider):
+        await select(store, "hello", "r1", "anything")
+        await settled(store, "done")
+    answer = (await log(store))[1]
+    assert (answer.payload["provider"], answer.payload["model"]) == ("fake", "fake")
+    assert "settings" not in answer.payload
+    assert provider.requests[0].system_prompt is None
+
+
+async def test_a_models_context_budget_replaces_the_workers() -> None:
+    store = await new_store()
+    document = {
+        "settings": {
+            "models": {
+                "fast": {"provider": "fake", "model": "fake-fast"},
+                "tight": {"provider": "fake", "model": "fake-tight", "contextBudgetChars": 50},
+            },
+            "defaultModel": "fast",
+        }
+    }
+    async with worker(store, boot_config=parse_config(document)):
+        await select(store, "one", "r1", None)
+        await wait_until(lambda: _answers_at_least(store, 1), 10, "the first answer")
+        await select(store, "two", "r2", None)
+        await wait_until(lambda: _answers_at_least(store, 2), 10, "the second answer")
+        await select(store, "three", "r3", "tight")
+        await wait_until(lambda: _answers_at_least(store, 3), 10, "the third answer")
+        await settled(store, "done")
+    events = await log(store)
+    answers = [e.payload["model"] for e in events if e.kind == "assistant.message"]
+    assert answers == ["fake-fast", "fake-fast", "fake-tight"]
+    compactions = [e for e in events if e.kind == "compaction"]
+    assert compactions, "the tight model's budget (50 chars) asks for a compaction"
+    assert [(c.payload["budgetChars"], c.payload["model"]) for c in compactions] == [
+        (50, "fake-tight")
+    ]  # the worker's own budget is 0 (never): the fast turns compacted nothing

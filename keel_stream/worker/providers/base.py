@@ -37,6 +37,11 @@ class ProviderRequest:
     tools: Sequence[ToolSpec] = ()
     attempt: int = 1
     turn: int = 1
+    system_prompt: str | None = None
+    """Sent as the first (system) message of the request."""
+    temperature: float | None = None
+    max_tokens: int | None = None
+    """None: the provider's own default."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,9 +7,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from keel_stream.worker.providers.base import Finish, ToolCall, ToolSpec
+from keel_stream.worker.providers.base import Finish, ProviderRequest, ToolCall, ToolSpec
 
-__all__ = ["ChatStream", "WireError", "completion_text", "to_chat_messages", "to_chat_tools"]
+__all__ = [
+    "ChatStream",
+    "WireError",
+    "chat_body",
+    "completion_text",
+    "to_chat_messages",
+    "to_chat_tools",
+]
 
 _STOP_REASONS: Final = {
     "stop": "end_turn",
@@ -83,6 +90,27 @@ def to_chat_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
         }
         for t in tools
     ]
+
+
+def chat_body(model: str, request: ProviderRequest) -> dict[str, Any]:
+    """The streamed chat-completions request body: the system prompt first, then the context;
+    temperature and max_tokens only when the request sets them (else the server's defaults)."""
+    messages = to_chat_messages(request.messages)
+    if request.system_prompt:
+        messages.insert(0, {"role": "system", "content": request.system_prompt})
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": messages,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if request.temperature is not None:
+        body["temperature"] = request.temperature
+    if request.max_tokens is not None:
+        body["max_tokens"] = request.max_tokens
+    if request.tools:
+        body["tools"] = to_chat_tools(request.tools)
+    return body
 
 
 def _usage(raw: Any) -> dict[str, int] | None:

@@ -63,7 +63,9 @@ def _result_text(messages: Sequence[Mapping[str, Any]]) -> str:
 
 class FakeProvider:
     name = "fake"
-    model = "fake"
+
+    def __init__(self, model: str = "fake") -> None:
+        self.model = model
 
     async def stream(self, request: ProviderRequest) -> AsyncIterator[ProviderEvent]:
         text, after_tool = _latest_user(request.messages)

@@ -7,6 +7,7 @@ failure ends the answer. Other 4xx are permanent: no retry, `Finish.permanent`.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from contextlib import aclosing
@@ -25,9 +26,9 @@ from keel_stream.worker.providers.base import (
 from keel_stream.worker.providers.chat_wire import (
     ChatStream,
     WireError,
+    chat_body,
     completion_text,
     to_chat_messages,
-    to_chat_tools,
 )
 from keel_stream.worker.providers.retry import (
     Failure,
@@ -64,18 +65,17 @@ class OpenAIProvider:
         self._timeout = timeout_s
         self._retry = retry or RetryPolicy()
 
+    def with_model(self, model: str) -> OpenAIProvider:
+        """The same endpoint, credentials and retry policy, another model."""
+        other = copy.copy(self)
+        other.model = model
+        return other
+
     def _client(self) -> httpx.AsyncClient:
         return httpx.AsyncClient(timeout=self._timeout, headers=self._headers)
 
     async def stream(self, request: ProviderRequest) -> AsyncIterator[ProviderEvent]:
-        body: dict[str, Any] = {
-            "model": self.model,
-            "messages": to_chat_messages(request.messages),
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
-        if request.tools:
-            body["tools"] = to_chat_tools(request.tools)
+        body = chat_body(self.model, request)
         attempt = 0
         async with self._client() as client:
             while True:
