@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
 __all__ = [
     "EVENT_REQUEST_SCHEMA",
@@ -34,6 +34,11 @@ class Capabilities(_Wire):
     hooks: list[str]
 
 
+METADATA_MAX_ENTRIES: Final = 32
+METADATA_MAX_KEY: Final = 64
+METADATA_MAX_VALUE: Final = 1024
+
+
 class CreateSession(_Wire):
     """A native session, or with ``backend`` an external one opened at that backend."""
 
@@ -44,9 +49,28 @@ class CreateSession(_Wire):
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
         description="An external backend the tenant's configuration declares.",
     )
-    metadata: dict[str, Annotated[str, Field(max_length=1024)]] | None = Field(
-        None, max_length=32, description="Passed to the backend's session.open (external only)."
+    metadata: dict[str, str] | None = Field(
+        None,
+        description="Passed to the backend's session.open (external only): at most "
+        f"{METADATA_MAX_ENTRIES} entries, keys up to {METADATA_MAX_KEY} and values up to "
+        f"{METADATA_MAX_VALUE} characters.",
     )
+
+    @field_validator("metadata")
+    @classmethod
+    def _bounded(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        # Checked here, not as schema constraints: maxProperties trips the fuzzer's generator.
+        if value is None:
+            return None
+        if len(value) > METADATA_MAX_ENTRIES:
+            raise ValueError(f"at most {METADATA_MAX_ENTRIES} metadata entries")
+        for key, item in value.items():
+            if len(key) > METADATA_MAX_KEY or len(item) > METADATA_MAX_VALUE:
+                raise ValueError(
+                    f"metadata keys are at most {METADATA_MAX_KEY} characters and values at "
+                    f"most {METADATA_MAX_VALUE}"
+                )
+        return value
 
 
 class RunView(_Wire):

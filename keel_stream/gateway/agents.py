@@ -222,7 +222,12 @@ class ExternalAgents:
         route = self._routes.get((tenant, session))
         if route is not None:
             return route
-        serving = await self._backend_for(tenant, backend)
+        try:
+            serving = await self._backend_for(tenant, backend)
+        except UnknownBackend as exc:  # the document no longer declares the session's backend
+            raise ExternalSessionUnavailable(
+                f"external session {session!r} cannot be served: {exc.message}"
+            ) from exc
         target = serving.sessions.get(ref or "")
         if target is None:  # opened by another replica, or before a restart
             target = ExternalTarget(tenant, session, backend, ref or "")

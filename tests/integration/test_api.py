@@ -208,8 +208,9 @@ async def test_run_and_cancel(api: Api, ledger: PostgresLedger) -> None:
         )
         refused = await client.post("/v1/sessions/ext/run")
         assert (refused.status_code, error_code(refused)) == (409, "external_session")
+        # Input to an external session goes to its backend; "dsh" is declared nowhere here.
         edge = await client.post("/v1/sessions/ext/input", json={"text": "x"})
-        assert (edge.status_code, error_code(edge)) == (409, "external_session")
+        assert (edge.status_code, error_code(edge)) == (409, "external_session_unavailable")
         cancel = await client.post(f"/v1/sessions/{sid}/cancel")
         assert (cancel.status_code, error_code(cancel)) == (409, "no_running_attempt")
 
