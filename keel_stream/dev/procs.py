@@ -1,0 +1,130 @@
+"""Processes by identity: a pid together with its start time, so a reused pid is never touched.
+
+The start time is field 22 of /proc/<pid>/stat (clock ticks since boot): a pid names the same
+process only while that field is unchanged. A zombie counts as gone. `die_with_parent` makes a
+child receive SIGKILL when the thread that started it exits (Linux: PR_SET_PDEATHSIG), so a
+supervisor that is SIGKILLed takes such children with it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, Self
+
+__all__ = ["Proc", "die_with_parent", "terminate", "wait_gone", "wait_reaped"]
+
+_POLL_S: Final = 0.02
+_PR_SET_PDEATHSIG: Final = 1
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    return text.rsplit(")", 1)[1].split()  # the name in parentheses may hold spaces
+
+
+@dataclass(frozen=True, slots=True)
+class Proc:
+    """A process: its pid and its start time (clock ticks since boot)."""
+
+    pid: int
+    start_ticks: int
+
+    @classmethod
+    def of(cls, pid: int) -> Self | None:
+        """The live process with this pid now; None when there is none."""
+        fields = _stat_fields(pid)
+        if fields is None or fields[0] in ("Z", "X"):
+            return None
+        return cls(pid, int(fields[19]))
+
+    @classmethod
+    def me(cls) -> Self:
+        own = cls.of(os.getpid())
+        return own if own is not None else cls(os.getpid(), 0)
+
+    def alive(self) -> bool:
+        """The same process still runs (same pid, same start time, not a zombie)."""
+        return Proc.of(self.pid) == self
+
+    def exists(self) -> bool:
+        """The same process is still in the process table, running or a zombie not yet reaped
+        (its pid still answers kill(pid, 0), which is how PostgreSQL judges a lock file)."""
+        fields = _stat_fields(self.pid)
+        return fields is not None and int(fields[19]) == self.start_ticks
+
+    def signal(self, signum: int) -> None:
+        """Send signum if this very process still runs (the start time is checked first)."""
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(self.pid, signum)
+
+    def to_json(self) -> dict[str, int]:
+        return {"pid": self.pid, "start_ticks": self.start_ticks}
+
+    @classmethod
+    def from_json(cls, value: object) -> Self | None:
+        if not isinstance(value, dict):
+            return None
+        pid, ticks = value.get("pid"), value.get("start_ticks")
+        if not isinstance(pid, int) or not isinstance(ticks, int):
+            return None
+        return cls(pid, ticks)
+
+
+def wait_gone(procs: Iterable[Proc], timeout_s: float) -> list[Proc]:
+    """Wait until none of procs runs (or the deadline); return those still running."""
+    left = list(procs)
+    deadline = time.monotonic() + timeout_s
+    while (left := [p for p in left if p.alive()]) and time.monotonic() < deadline:
+        time.sleep(_POLL_S)
+    return left
+
+
+def wait_reaped(procs: Iterable[Proc], timeout_s: float) -> list[Proc]:
+    """Wait until none of procs is even a zombie (or the deadline); return those left."""
+    left = list(procs)
+    deadline = time.monotonic() + timeout_s
+    while (left := [p for p in left if p.exists()]) and time.monotonic() < deadline:
+        time.sleep(_POLL_S)
+    return left
+
+
+def terminate(procs: Iterable[Proc], grace_s: float = 5.0) -> list[Proc]:
+    """SIGTERM, up to grace_s for them to exit, then SIGKILL; return those still running."""
+    targets = [p for p in procs if p.alive()]
+    for proc in targets:
+        proc.signal(signal.SIGTERM)
+    left = wait_gone(targets, grace_s)
+    for proc in left:
+        proc.signal(signal.SIGKILL)
+    return wait_gone(left, grace_s)
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A child-setup function (subprocess preexec_fn) that has the child SIGKILLed when the
+    calling thread exits; None where the platform has no parent-death signal.
+
+    The parent's pid is taken now; a child whose parent died before the signal was armed
+    kills itself at once."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here, not in the forked child
+    parent = os.getpid()
+
+    def arm() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return arm
