@@ -11,7 +11,12 @@ from aiokafka import errors as kafka
 
 from keel_stream.errors import BrokerError, BrokerUnavailable, KeelError, TopicMissing
 
-__all__ = ["broker_error", "kafka_translated"]
+__all__ = [
+    "broker_error",
+    "idempotence_unsupported",
+    "kafka_translated",
+    "producer_session_lost",
+]
 
 _UNAVAILABLE: Final = (
     OSError,
@@ -51,3 +56,33 @@ async def kafka_translated(action: str) -> AsyncIterator[None]:
         raise
     except (kafka.KafkaError, OSError, TimeoutError) as exc:
         raise broker_error(action, exc) from exc
+
+
+_IDEMPOTENCE_UNSUPPORTED: Final = (
+    kafka.UnknownError,  # what a broker that advertises InitProducerId but lacks it may answer
+    kafka.UnsupportedVersionError,
+    kafka.IncompatibleBrokerVersion,
+    kafka.UnsupportedForMessageFormatError,
+    kafka.ClusterAuthorizationFailedError,  # brokers before 2.8 want the IDEMPOTENT_WRITE ACL
+    NotImplementedError,  # the client lacks every InitProducerId version the broker accepts
+)
+
+_PRODUCER_SESSION_LOST: Final = (
+    kafka.OutOfOrderSequenceNumber,
+    kafka.InvalidProducerEpoch,
+    kafka.ProducerFenced,
+    kafka.UnknownProducerId,
+    kafka.InvalidProducerIdMapping,
+)
+
+
+def idempotence_unsupported(exc: BaseException) -> bool:
+    """True when starting an idempotent producer failed because this broker (or this client
+    against it) does not offer producer ids: a plain producer is the way to go on."""
+    return isinstance(exc, _IDEMPOTENCE_UNSUPPORTED)
+
+
+def producer_session_lost(exc: BaseException) -> bool:
+    """True for a failure of the idempotent producer's session (its producer id, epoch or
+    sequence numbers) that a new producer, with a new producer id, does not have."""
+    return isinstance(exc, _PRODUCER_SESSION_LOST)

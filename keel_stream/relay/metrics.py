@@ -1,4 +1,5 @@
-"""Relay metrics (Prometheus): backlog, age of the oldest unpublished event, publish latency."""
+"""Relay metrics (Prometheus): backlog, age of the oldest unpublished event, publish latency,
+the producer's mode and the events found on the topic already."""
 
 from __future__ import annotations
 
@@ -6,7 +7,16 @@ from typing import Final
 
 from prometheus_client import Counter, Gauge, Histogram
 
-__all__ = ["ACTIVE", "BACKLOG", "FAILURES", "OLDEST_AGE", "PUBLISHED", "PUBLISH_LATENCY"]
+__all__ = [
+    "ACTIVE",
+    "BACKLOG",
+    "FAILURES",
+    "IDEMPOTENT",
+    "OLDEST_AGE",
+    "PUBLISHED",
+    "PUBLISH_LATENCY",
+    "SKIPPED",
+]
 
 BACKLOG: Final = Gauge("keel_relay_backlog_events", "Events in the outbox not yet published")
 OLDEST_AGE: Final = Gauge(
@@ -20,3 +30,12 @@ PUBLISH_LATENCY: Final = Histogram(
 PUBLISHED: Final = Counter("keel_relay_published_events", "Events the broker acknowledged")
 FAILURES: Final = Counter("keel_relay_publish_failures", "Batches the broker did not fully ack")
 ACTIVE: Final = Gauge("keel_relay_active", "1 while this process is the active relay of its shard")
+SKIPPED: Final = Counter(
+    "keel_relay_skipped_events",
+    "Outbox rows found on the topic already (published before a crash or a failed batch) and "
+    "deleted without being sent again",
+)
+IDEMPOTENT: Final = Gauge(
+    "keel_relay_idempotent_producer",
+    "1 while the relay publishes with an idempotent producer, 0 with a plain one",
+)

@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaTimeoutError
 
+from keel_stream.kafka.errors import idempotence_unsupported
 from keel_stream.kafka.records import EventRecordCodec
+from keel_stream.kafka.tail import published_seqs
+from keel_stream.relay.skip import PublishedTail
 from keel_stream.store.outbox import OutboxRow
 from keel_stream.topics.admin import apply_catalog
 
 __all__ = ["PublishResult", "Publisher", "acknowledged"]
+
+ACK_TIMEOUT_S: Final = 30.0
+"""How long a batch may wait for its acknowledgements before the publisher gives up on it."""
+_STOP_TIMEOUT_S: Final = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,43 +54,113 @@ def acknowledged(
     return PublishResult(acked=acked, error=error)
 
 
+def _outcome(future: asyncio.Future[Any], timeout_s: float) -> object:
+    """A record's result: its metadata, its exception, or a timeout if it has neither yet."""
+    if not future.done():
+        return KafkaTimeoutError(f"no acknowledgement within {timeout_s}s")
+    if future.cancelled():
+        return KafkaTimeoutError("the record was cancelled before its acknowledgement")
+    return future.exception() or future.result()
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    if future.done() and not future.cancelled():
+        future.exception()
+
+
+async def _started(bootstrap: str, idempotent: bool) -> AIOKafkaProducer:
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap,
+        acks="all",
+        enable_idempotence=idempotent,
+        linger_ms=5,
+        request_timeout_ms=5_000,
+        max_batch_size=256 * 1024,
+        client_id="keel-relay",
+    )
+    try:
+        await producer.start()  # an idempotent producer gets its producer id here
+    except BaseException:
+        await producer.stop()
+        raise
+    return producer
+
+
+async def start_producer(bootstrap: str, try_idempotent: bool) -> tuple[AIOKafkaProducer, bool]:
+    """A started producer, idempotent when asked for and the broker offers it; and whether it
+    is. A broker without producer ids (InitProducerId) gets a plain producer."""
+    if try_idempotent:
+        try:
+            return await _started(bootstrap, idempotent=True), True
+        except Exception as exc:
+            if not idempotence_unsupported(exc):
+                raise
+    return await _started(bootstrap, idempotent=False), False
+
+
 class Publisher:
-    """An aiokafka producer (acks=all) for one topic.
+    """An aiokafka producer (acks=all; idempotent where the broker offers it) for one topic,
+    and what the topic's tail held when it opened.
 
     Correctness does not rest on producer idempotence or transactions (not every broker speaks
-    them): a row is acknowledged or it is sent again, and consumers de-duplicate by seq.
+    them): a row is acknowledged or it is sent again, and consumers de-duplicate by seq. The
+    idempotent producer keeps a batch that aiokafka retries from landing twice; the tail keeps a
+    batch that an earlier publisher wrote and could not delete from being sent again.
     """
 
-    def __init__(self, bootstrap: str, topic: str, producer: AIOKafkaProducer) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        producer: AIOKafkaProducer,
+        *,
+        idempotent: bool = False,
+        tail: PublishedTail | None = None,
+        ack_timeout_s: float = ACK_TIMEOUT_S,
+    ) -> None:
         self._bootstrap = bootstrap
         self._topic = topic
         self._producer = producer
+        self.idempotent = idempotent
+        self.tail = tail if tail is not None else PublishedTail()
+        self._ack_timeout_s = ack_timeout_s
+        self._unsettled = False
 
     @classmethod
-    async def open(cls, bootstrap: str, topic: str, prefix: str) -> Publisher:
-        """Make sure the catalog's topics exist, then connect a producer.
+    async def open(
+        cls,
+        bootstrap: str,
+        topic: str,
+        prefix: str,
+        *,
+        try_idempotent: bool = True,
+        tail_depth: int = 0,
+        ack_timeout_s: float = ACK_TIMEOUT_S,
+    ) -> Publisher:
+        """Make sure the catalog's topics exist, connect a producer, then read the last
+        `tail_depth` records of each partition of the topic (0: none).
 
         The topics are (re)applied on every open because a broker that lost its data (the
         memory-only dev broker after a restart) would otherwise auto-create them with defaults.
         """
         await apply_catalog(bootstrap, prefix)
-        producer = AIOKafkaProducer(
-            bootstrap_servers=bootstrap,
-            acks="all",
-            linger_ms=5,
-            request_timeout_ms=5_000,
-            max_batch_size=256 * 1024,
-            client_id="keel-relay",
-        )
+        producer, idempotent = await start_producer(bootstrap, try_idempotent)
         try:
-            await producer.start()
+            tail = PublishedTail(await published_seqs(bootstrap, topic, tail_depth))
         except BaseException:
             await producer.stop()
             raise
-        return cls(bootstrap, topic, producer)
+        return cls(
+            bootstrap,
+            topic,
+            producer,
+            idempotent=idempotent,
+            tail=tail,
+            ack_timeout_s=ack_timeout_s,
+        )
 
     async def publish(self, rows: Sequence[OutboxRow]) -> PublishResult:
-        """Send rows in order and wait for the acknowledgements."""
+        """Send rows in order and wait for the acknowledgements (up to the ack timeout)."""
         futures: list[asyncio.Future[Any]] = []
         error: BaseException | None = None
         try:
@@ -96,7 +175,42 @@ class Publisher:
                 )
         except Exception as exc:  # noqa: BLE001 - a failed send ends the batch; acks count
             error = exc
-        return acknowledged(await asyncio.gather(*futures, return_exceptions=True), error)
+        if futures:
+            _, late = await asyncio.wait(futures, timeout=self._ack_timeout_s)
+            for future in late:  # failed when the publisher closes; nobody waits any more
+                future.add_done_callback(_retrieved)
+            self._unsettled = self._unsettled or bool(late)
+        return acknowledged([_outcome(f, self._ack_timeout_s) for f in futures], error)
 
     async def close(self) -> None:
-        await self._producer.stop()
+        """Stop the producer.
+
+        Records still unacknowledged (aiokafka's idempotent producer retries a batch until it
+        is delivered, and never gives one up) are abandoned first: stopping would otherwise wait
+        for a broker that may not come back, and a batch delivered later would land behind the
+        next publisher's tail read.
+        """
+        try:
+            if self._unsettled:
+                await _abandon_batches(self._producer)
+            await asyncio.wait_for(self._producer.stop(), _STOP_TIMEOUT_S)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await self._producer.client.close()
+            raise
+
+
+async def _abandon_batches(producer: AIOKafkaProducer) -> None:
+    """End the producer's sender (it lets the requests in flight finish) and fail every batch
+    it still holds. aiokafka 0.14 has no public way to do this; it is pinned, and
+    tests/integration/test_relay_exactly_once.py covers this path."""
+    sender = producer._sender.sender_task
+    if sender is not None and not sender.done():
+        sender.cancel()
+        await asyncio.wait([sender], timeout=_STOP_TIMEOUT_S)
+    accumulator = producer._message_accumulator
+    held = [b for queue in accumulator._batches.values() for b in queue]
+    held += list(accumulator._pending_batches)
+    accumulator.fail_all(KafkaTimeoutError("the publisher gave up on it"))
+    for batch in held:  # nobody waits on them any more: keep asyncio from reporting them
+        _retrieved(batch._drain_waiter)

@@ -1,10 +1,16 @@
-"""The outbox relay: publishes committed events to Kafka, at least once, in order per session.
+"""The outbox relay: publishes committed events to Kafka, in order per session, each once.
 
 One relay per shard is active (it holds the shard's advisory lock on its connection); the others
 stand by and try again every poll interval, so one takes over shortly after the active relay's
 connection ends. The active relay wakes on NOTIFY, polls as a fallback, publishes batches and
 deletes a row only after the broker acknowledged it. When the broker is down, commits go on
 succeeding: the backlog waits in PostgreSQL and drains in order when the broker returns.
+
+Each event reaches the topic once: the producer is idempotent where the broker offers it (a batch
+the client retries is not written twice), and every time the relay (re)opens its publisher -- on
+becoming active, and after a failed batch -- it first reads the topic's tail and deletes, without
+sending them again, the rows found there (published by a relay that died before deleting them,
+or by a batch that failed part way). Consumers still de-duplicate by seq: the ledger is the truth.
 
 Failures are retried only when transient (keel_stream.relay.retry), within a bound; anything
 else, or a transient failure past the bound, ends `run` with the error.
@@ -20,20 +26,19 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from aiokafka.errors import KafkaError
-
 from keel_stream.errors import StoreError
 from keel_stream.logs import get_logger
 from keel_stream.relay import metrics
 from keel_stream.relay.publisher import Publisher, PublishResult
 from keel_stream.relay.retry import Retrying, RetryPolicy
+from keel_stream.relay.skip import tail_depth
 from keel_stream.store.outbox import Outbox, OutboxRow, PostgresOutbox, Shard, ShardConnection
 from keel_stream.topics.catalog import EVENTS
 
 __all__ = ["Relay", "RelayConfig", "delete_acknowledged"]
 
 _BACKLOG_REFRESH_S = 1.0
-_CLOSE_TIMEOUT_S = 10.0
+_CLOSE_TIMEOUT_S = 30.0  # above Publisher.close's own bounds (abandoning, then stopping)
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,9 @@ class RelayConfig:
     poll_interval_s: float = 1.0
     relay_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    tail_depth: int | None = None
+    """Records per partition read back from the topic's tail before publishing (0: none, so no
+    row is ever skipped); None: batch_size times the shard count (see relay.skip.tail_depth)."""
 
 
 async def delete_acknowledged(
@@ -79,6 +87,7 @@ class Relay:
         self._config = config
         self._topic = EVENTS.full_name(config.topic_prefix)
         self._log = get_logger("relay").bind(relay=config.relay_id, shard=config.shard.index)
+        self._idempotent: bool | None = None  # unknown until a broker answered
 
     @classmethod
     def from_config(cls, config: RelayConfig) -> Relay:
@@ -146,6 +155,7 @@ class Relay:
                 rows = await shard.fetch(self._config.batch_size)
                 if not rows:
                     broker.succeeded()  # nothing pending: no failure is going on
+                    publisher.tail.forget()  # no row left that the tail could hold
                     await _wait(wake, self._config.poll_interval_s)
                     continue
                 error = await self._publish(shard, publisher, rows)
@@ -160,21 +170,48 @@ class Relay:
                 await self._close(publisher)
 
     async def _open_publisher(self, broker: Retrying, stop: asyncio.Event) -> Publisher | None:
-        """A connected publisher; None after a transient failure (backed off already)."""
+        """A connected publisher that has read the topic's tail; None after a transient failure
+        (backed off already)."""
+        config = self._config
+        started = time.monotonic()
         try:
-            return await Publisher.open(
-                self._config.bootstrap, self._topic, self._config.topic_prefix
+            publisher = await Publisher.open(
+                config.bootstrap,
+                self._topic,
+                config.topic_prefix,
+                try_idempotent=self._idempotent is not False,
+                tail_depth=tail_depth(config.batch_size, config.shard.count, config.tail_depth),
             )
         except Exception as exc:  # noqa: BLE001 - classified in delay_after, which re-raises
             metrics.FAILURES.inc()
             delay = broker.delay_after(exc, "broker connect")
-        await _wait(stop, delay)
-        return None
+            await _wait(stop, delay)
+            return None
+        if publisher.idempotent != self._idempotent:
+            # Once per process (and again only if a broker answers differently).
+            self._idempotent = publisher.idempotent
+            metrics.IDEMPOTENT.set(1 if publisher.idempotent else 0)
+            self._log.info("producer mode", mode="idempotent" if publisher.idempotent else "plain")
+        self._log.info(
+            "tail read",
+            events=len(publisher.tail),
+            sessions=len(publisher.tail.heads),
+            seconds=round(time.monotonic() - started, 3),
+        )
+        return publisher
 
     async def _publish(
         self, shard: ShardConnection, publisher: Publisher, rows: list[OutboxRow]
     ) -> BaseException | None:
-        """Publish a batch and delete what was acknowledged; why it stopped short, if it did."""
+        """Delete what the topic holds already, publish the rest and delete what was
+        acknowledged; why it stopped short, if it did."""
+        found, rows = publisher.tail.split(rows)
+        if found:
+            await shard.acknowledge([r.id for r in found])
+            metrics.SKIPPED.inc(len(found))
+            self._log.info("on the topic already; not sent again", rows=len(found))
+        if not rows:
+            return None
         result = await publisher.publish(rows)
         self._log.debug("published", rows=len(rows), acked=result.acked)
         acked = await delete_acknowledged(shard, rows, result)
@@ -192,6 +229,6 @@ class Relay:
     async def _close(self, publisher: Publisher) -> None:
         try:
             await asyncio.wait_for(publisher.close(), _CLOSE_TIMEOUT_S)
-        except (KafkaError, OSError) as exc:
-            # The producer is dropped either way; what it could not flush stays in the outbox.
+        except Exception as exc:  # noqa: BLE001 - the producer is dropped either way
+            # What it could not flush stays in the outbox.
             self._log.warning("closing the producer failed", error=repr(exc))

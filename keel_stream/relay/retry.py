@@ -2,7 +2,8 @@
 
 A failure is retried only when it is classified transient: a keel error whose `retriable` is
 true (the database or the broker unreachable), or a Kafka client error the Kafka seam would
-translate into one (keel_stream.kafka.errors).
+translate into one (keel_stream.kafka.errors), or a failure of the idempotent producer's session
+(its producer id, epoch or sequence numbers), which the next producer does not inherit.
 Anything else (a query that fails, a record the broker refuses, a bug) is raised at once: retried,
 it would fail the same way forever and stall every session behind it. Transient failures are
 retried with exponential backoff until `give_up_after_s` of consecutive failures; then the last
@@ -22,7 +23,7 @@ from aiokafka.errors import KafkaError
 
 from keel_stream.backoff import Backoff
 from keel_stream.errors import KeelError
-from keel_stream.kafka.errors import broker_error
+from keel_stream.kafka.errors import broker_error, producer_session_lost
 
 __all__ = ["RetryPolicy", "Retrying", "is_retriable", "retrying"]
 
@@ -33,6 +34,8 @@ def is_retriable(exc: BaseException) -> bool:
     """True for a failure that may pass if the same thing is tried again later."""
     if isinstance(exc, KeelError):
         return exc.retriable
+    if producer_session_lost(exc):
+        return True  # the idempotent producer's id or sequence: a new producer starts afresh
     if isinstance(exc, KafkaError | ConnectionError | TimeoutError):
         return broker_error("classify", exc).retriable
     return False

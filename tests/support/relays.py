@@ -8,10 +8,13 @@ import os
 import signal
 import sys
 from collections.abc import AsyncIterator
+from typing import Any
 
+import asyncpg
 import orjson
 
 from keel_stream.relay import Relay, RelayConfig
+from keel_stream.store.outbox import RELAY_LOCK_CLASS
 
 
 @contextlib.asynccontextmanager
@@ -44,6 +47,8 @@ class RelayProcess:
         self._env = {**os.environ, "KEEL_TOPIC_PREFIX": prefix, **env}
         self.process: asyncio.subprocess.Process | None = None
         self.events: list[str] = []
+        self.entries: list[dict[str, Any]] = []
+        """The relay's log entries (component relay), in order."""
         self.lines: list[bytes] = []
         self._reader: asyncio.Task[None] | None = None
 
@@ -65,6 +70,7 @@ class RelayProcess:
             with contextlib.suppress(orjson.JSONDecodeError):
                 entry = orjson.loads(line)
                 if isinstance(entry, dict) and entry.get("component") == "relay":
+                    self.entries.append(entry)
                     self.events.append(str(entry.get("event")))
 
     @property
@@ -99,3 +105,47 @@ async def relay_processes(*relays: RelayProcess) -> AsyncIterator[None]:
         for relay in relays:
             if relay.process is not None:
                 await relay.kill()
+
+
+class RelayFleet:
+    """Relay processes started one after another (as others are killed); whatever is still
+    running when the block ends is killed."""
+
+    def __init__(self, database_url: str, bootstrap: str, prefix: str, **env: str) -> None:
+        self._args = (database_url, bootstrap, prefix)
+        self._env = env
+        self.relays: list[RelayProcess] = []
+
+    async def start(self) -> RelayProcess:
+        relay = RelayProcess(*self._args, **self._env)
+        self.relays.append(relay)
+        return await relay.start()
+
+    def with_pid(self, pid: int) -> RelayProcess:
+        (relay,) = (r for r in self.relays if r.process is not None and r.pid == pid)
+        return relay
+
+    async def kill_all(self) -> None:
+        for relay in self.relays:
+            if relay.process is not None:
+                await relay.kill()
+
+    async def __aenter__(self) -> RelayFleet:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.kill_all()
+
+
+async def active_relay_pid(pool: asyncpg.Pool, shard: int = 0) -> int | None:
+    """The OS pid of the relay whose connection holds the shard's lock (from its
+    application_name, keel-relay:<host>:<pid>)."""
+    name = await pool.fetchval(
+        """
+        SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+        WHERE l.locktype = 'advisory' AND l.classid = $1 AND l.objid = $2 AND l.granted
+        """,
+        RELAY_LOCK_CLASS,
+        shard,
+    )
+    return None if name is None else int(str(name).rsplit(":", 1)[1])

@@ -14,6 +14,7 @@ from keel_stream.kernel import CommitRequest
 from keel_stream.relay.publisher import Publisher, PublishResult, acknowledged
 from keel_stream.relay.relay import Relay, RelayConfig, delete_acknowledged
 from keel_stream.relay.retry import RetryPolicy
+from keel_stream.relay.skip import PublishedTail
 from keel_stream.store import MemoryStore
 from keel_stream.store.memory_streams import MemoryOutbox
 from keel_stream.store.outbox import OutboxRow, Shard, ShardConnection
@@ -124,8 +125,12 @@ class ScriptedBroker(Publisher):
         self.topic: list[tuple[str, int]] = []
         self.batches: list[list[tuple[str, int]]] = []
         self.complete = asyncio.Event()
+        self.idempotent = False
+        self.tail = PublishedTail()  # an empty topic
 
-    async def connected(self, bootstrap: str, topic: str, prefix: str) -> Publisher:
+    async def connected(
+        self, bootstrap: str, topic: str, prefix: str, **options: object
+    ) -> Publisher:
         """Publisher.open, to this broker."""
         return self
 
