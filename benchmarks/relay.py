@@ -21,9 +21,10 @@ from datetime import UTC, datetime
 
 import asyncpg
 import orjson
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from benchmarks.servers import kafka, postgres, scratch_database
+from keel_stream.kafka.partitions import topic_partitions
 from keel_stream.kafka.records import EventRecordCodec
 from keel_stream.kernel import CommitRequest
 from keel_stream.store import PostgresLedger, create_pool
@@ -43,8 +44,7 @@ async def assigned_consumer(bootstrap: str, topic: str) -> AIOKafkaConsumer:
     """A consumer of an empty topic, positioned and warmed up before anything is sent."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=10)
     await consumer.start()
-    await consumer.topics()
-    partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
+    partitions = await topic_partitions(bootstrap, [topic])
     consumer.assign(partitions)
     await consumer.seek_to_beginning(*partitions)
     await consumer.getmany(timeout_ms=100)

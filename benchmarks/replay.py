@@ -20,9 +20,10 @@ from datetime import UTC, datetime
 
 import asyncpg
 import orjson
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from benchmarks.servers import kafka, postgres, scratch_database
+from keel_stream.kafka.partitions import topic_partitions
 from keel_stream.kafka.records import EventRecordCodec
 from keel_stream.projections import ALL
 from keel_stream.projector.rebuild import rebuild
@@ -96,8 +97,7 @@ async def bare_consumer(bootstrap: str, topic: str, expected: int) -> float:
     )
     await consumer.start()
     try:
-        await consumer.topics()
-        partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
+        partitions = await topic_partitions(bootstrap, [topic])
         consumer.assign(partitions)
         await consumer.seek_to_beginning(*partitions)
         started = time.monotonic()

@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import orjson
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer
 
 from keel_stream.backoff import Backoff
+from keel_stream.kafka.partitions import topic_partitions
 from keel_stream.logs import get_logger
 from keel_stream.store.connect import Pool
 from keel_stream.store.notifications import Listener
@@ -125,17 +126,16 @@ class LiveHub:
 
     async def _consume(self) -> None:
         backoff = Backoff(0.5, 10.0)
+        bootstrap = self._bootstrap
+        assert bootstrap is not None  # started only with a broker
         while True:
             consumer = AIOKafkaConsumer(
-                bootstrap_servers=self._bootstrap, fetch_max_wait_ms=20, request_timeout_ms=10_000
+                bootstrap_servers=bootstrap, fetch_max_wait_ms=20, request_timeout_ms=10_000
             )
             try:
                 await consumer.start()
-                partitions = []
-                for topic in (self._sse_topic, self._partials_topic):
-                    await consumer.topics()
-                    numbers = consumer.partitions_for_topic(topic) or set()
-                    partitions += [TopicPartition(topic, p) for p in numbers]
+                topics = (self._sse_topic, self._partials_topic)
+                partitions = await topic_partitions(bootstrap, topics)
                 if not partitions:
                     raise RuntimeError("the sse and partials topics do not exist yet")
                 consumer.assign(partitions)

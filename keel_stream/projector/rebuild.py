@@ -20,6 +20,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from keel_stream.errors import UnknownProjection
+from keel_stream.kafka.partitions import topic_partitions
 from keel_stream.kernel.types import Event
 from keel_stream.projections import ALL
 from keel_stream.projections.base import Folded, Projection
@@ -63,14 +64,13 @@ class _Reader:
             fetch_max_wait_ms=100,
             max_partition_fetch_bytes=8 * 1024 * 1024,
         )
+        self._bootstrap = bootstrap
         self._topic = topic
         self.partitions: list[TopicPartition] = []
 
     async def start(self) -> None:
         await self._consumer.start()
-        await self._consumer.topics()
-        numbers = self._consumer.partitions_for_topic(self._topic) or set()
-        self.partitions = [TopicPartition(self._topic, p) for p in sorted(numbers)]
+        self.partitions = await topic_partitions(self._bootstrap, [self._topic])
         self._consumer.assign(self.partitions)
         await self._consumer.seek_to_beginning(*self.partitions)
 

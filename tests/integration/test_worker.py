@@ -10,6 +10,7 @@ import asyncpg
 import pytest
 
 from keel_stream.errors import LeaseFenced
+from keel_stream.kafka.partitions import topic_partitions
 from keel_stream.kernel import CommitRequest, Event, LeaseToken, account_inputs
 from keel_stream.store import ExternalMarkers, PostgresLedger
 from keel_stream.store.runs import PostgresRuns as RunStore
@@ -216,14 +217,13 @@ async def test_partials_go_to_the_partials_topic_never_to_the_ledger(
 
 async def _partials(bootstrap: str, topic: str, count: int) -> list[str]:
     import orjson
-    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka import AIOKafkaConsumer
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=50)
     await consumer.start()
     deltas: list[tuple[int, str]] = []
     try:
-        await consumer.topics()
-        partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
+        partitions = await topic_partitions(bootstrap, [topic])
         consumer.assign(partitions)
         await consumer.seek_to_beginning(*partitions)
 
