@@ -10,7 +10,7 @@ import pytest
 
 from keel_stream.store import PostgresLedger, connect, create_pool, migrate
 from keel_stream.topics.admin import apply_catalog
-from tests.support.kafka import KafkaServer, find_kafka
+from tests.support.kafka import KafkaServer, find_kafka, kafka_plan
 from tests.support.postgres import (
     PgServer,
     create_database,
@@ -79,10 +79,31 @@ def ledger(pool: asyncpg.Pool) -> PostgresLedger:
     return PostgresLedger(pool)
 
 
+_KAFKA_STARTED = pytest.StashKey[KafkaServer]()
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """Which broker the run will use (the `kafka` fixture starts it on first use)."""
+    try:
+        return f"kafka: {kafka_plan()}"
+    except RuntimeError as exc:
+        return f"kafka: {exc}"
+
+
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
+    server = config.stash.get(_KAFKA_STARTED, None)
+    if server is not None:
+        took = f", started in {server.start_s:.1f} s" if server.start_s is not None else ""
+        terminalreporter.write_line(f"kafka: {server.origin} at {server.bootstrap}{took}")
+
+
 @pytest.fixture(scope="session")
-def kafka() -> Iterator[KafkaServer]:
+def kafka(pytestconfig: pytest.Config) -> Iterator[KafkaServer]:
     try:
         with find_kafka() as server:
+            pytestconfig.stash[_KAFKA_STARTED] = server
             yield server
     except RuntimeError as exc:
         pytest.exit(str(exc), returncode=3)

