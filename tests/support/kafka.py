@@ -36,7 +36,7 @@ from keel_stream.kafka.records import EventRecordCodec
 from keel_stream.kernel import Event
 from tests.support.postgres import docker_engine_answers
 
-__all__ = ["KafkaServer", "Received", "collect", "find_kafka", "kafka_plan"]
+__all__ = ["KafkaServer", "Received", "collect", "embedded_kafka", "find_kafka", "kafka_plan"]
 
 _TESTCONTAINERS_IMAGE = "confluentinc/cp-kafka:7.6.0"
 _MODES = ("auto", "apache", "embedded")
@@ -138,7 +138,7 @@ def _tansu_version() -> str:
 
 
 @contextlib.contextmanager
-def _embedded_kafka(note: str = "") -> Iterator[KafkaServer]:
+def embedded_kafka(note: str = "") -> Iterator[KafkaServer]:
     log = Path(tempfile.mkdtemp(prefix="keel-broker-")) / "broker.log"
     broker = EmbeddedBroker(log_path=log)
     started = time.monotonic()
@@ -166,7 +166,7 @@ def find_kafka() -> Iterator[KafkaServer]:
     mode = _mode()
     url = os.environ.get("KEEL_TEST_KAFKA_BOOTSTRAP")
     if mode == "embedded":
-        with _embedded_kafka(" (KEEL_TEST_KAFKA=embedded)") as server:
+        with embedded_kafka(" (KEEL_TEST_KAFKA=embedded)") as server:
             yield server
     elif mode == "apache":
         with _apache_kafka() as server:
@@ -180,7 +180,7 @@ def find_kafka() -> Iterator[KafkaServer]:
         with _apache_kafka() as server:
             yield server
     else:
-        with _embedded_kafka(f" (apache-kafka skipped: {reason})") as server:
+        with embedded_kafka(f" (apache-kafka skipped: {reason})") as server:
             yield server
 
 
