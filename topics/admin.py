@@ -82,32 +82,46 @@ async def apply_catalog(
         present = set(await admin.list_topics())
         missing = [s for s in specs if s.full_name(prefix) not in present]
         if missing:
-            response = await admin.create_topics(
-                [
-                    NewTopic(s.full_name(prefix), s.partitions, 1, topic_configs=s.configs())
-                    for s in missing
-                ]
-            )
-            for name, code, message in (
-                (e[0], e[1], e[2] if len(e) > 2 else None) for e in response.topic_errors
-            ):
-                if code not in (0, _TOPIC_ALREADY_EXISTS):
-                    raise RuntimeError(f"creating topic {name} failed: {code} {message}")
-            report.created = [s.full_name(prefix) for s in missing]
+            # A topic created a moment ago (or by a racing apply) may not be listed yet: the
+            # broker then answers "already exists", and it is checked for drift like the others.
+            present |= await _create(admin, missing, prefix)
+            report.created = [
+                s.full_name(prefix) for s in missing if s.full_name(prefix) not in present
+            ]
         existing = [s for s in specs if s.full_name(prefix) in present]
         report.existing = [s.full_name(prefix) for s in existing]
-        counts = await _partition_counts(admin, [s.full_name(prefix) for s in existing])
-        for spec in existing:
-            name = spec.full_name(prefix)
-            if counts.get(name) != spec.partitions:
-                report.drift.append(
-                    f"{name}: {counts.get(name)} partitions, catalog says {spec.partitions}"
-                )
-            actual = await _configs(admin, name)
-            for key, wanted in spec.configs().items():
-                if key in actual and actual[key] != wanted:
-                    report.drift.append(f"{name}: {key}={actual[key]}, catalog says {wanted}")
+        report.drift = await _drift(admin, existing, prefix)
     return report
+
+
+async def _create(admin: AIOKafkaAdminClient, specs: list[TopicSpec], prefix: str) -> set[str]:
+    """Create the topics; the names the broker said already existed."""
+    response = await admin.create_topics(
+        [NewTopic(s.full_name(prefix), s.partitions, 1, topic_configs=s.configs()) for s in specs]
+    )
+    already = set()
+    for error in response.topic_errors:
+        name, code = error[0], error[1]
+        message = error[2] if len(error) > 2 else None
+        if code == _TOPIC_ALREADY_EXISTS:
+            already.add(str(name))
+        elif code != 0:
+            raise RuntimeError(f"creating topic {name} failed: {code} {message}")
+    return already
+
+
+async def _drift(admin: AIOKafkaAdminClient, specs: list[TopicSpec], prefix: str) -> list[str]:
+    drift = []
+    counts = await _partition_counts(admin, [s.full_name(prefix) for s in specs])
+    for spec in specs:
+        name = spec.full_name(prefix)
+        if counts.get(name) != spec.partitions:
+            drift.append(f"{name}: {counts.get(name)} partitions, catalog says {spec.partitions}")
+        actual = await _configs(admin, name)
+        for key, wanted in spec.configs().items():
+            if key in actual and actual[key] != wanted:
+                drift.append(f"{name}: {key}={actual[key]}, catalog says {wanted}")
+    return drift
 
 
 @dataclass(frozen=True, slots=True)
