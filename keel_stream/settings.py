@@ -60,6 +60,9 @@ class KeelSettings(BaseSettings):
     """`keel-stream dev` uses this API key (for tenant "dev") instead of a random one."""
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
     """Serve Prometheus metrics on this port (relay); unset: not served."""
+    dev_kafka: Literal["embedded", "apache"] = "embedded"
+    """The broker `keel-stream dev` starts without KEEL_KAFKA_BOOTSTRAP: the memory-only embedded
+    one, or a durable Apache Kafka under the data directory (needs Java 17+ and Maven)."""
     metrics_host: str = "127.0.0.1"
     """The interface metrics are served on; 0.0.0.0 in a container, to be scraped."""
 

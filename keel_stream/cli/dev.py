@@ -11,6 +11,7 @@ from keel_stream.cli.options import ApiPort, Bootstrap, DatabaseUrl, DataDir, lo
 from keel_stream.cli.preflight import ensure_port_free
 from keel_stream.dev.lock import ensure_not_running
 from keel_stream.dev.supervisor import supervise
+from keel_stream.settings import env_var
 
 __all__ = ["dev"]
 
@@ -20,6 +21,16 @@ def dev(
     bootstrap: Bootstrap = None,
     data_dir: DataDir = None,
     port: ApiPort = None,
+    kafka: Annotated[
+        str | None,
+        typer.Option(
+            "--kafka",
+            envvar=env_var("dev_kafka"),
+            help="The broker to start without KEEL_KAFKA_BOOTSTRAP: embedded (memory-only) or "
+            "apache (durable Apache Kafka under the data directory; Java 17+ and Maven).",
+            show_default="embedded",
+        ),
+    ] = None,
     once: Annotated[
         bool, typer.Option("--once", help="Start, report and exit instead of serving.")
     ] = False,
@@ -34,6 +45,7 @@ def dev(
         kafka_bootstrap=bootstrap,
         data_dir=data_dir,
         api_port=port,
+        dev_kafka=kafka,
         use_running_dev=False,
     )
     # Both checks create nothing: a refused start leaves the data directory as it was.

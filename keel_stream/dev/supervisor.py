@@ -18,6 +18,7 @@ import contextlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final
 
 import structlog
@@ -35,6 +36,7 @@ from keel_stream.dev.resume import align_with_broker
 from keel_stream.dev.signals import remember_stop_signals, signals_remembered, until_signalled
 from keel_stream.errors import BrokerUnavailable, InvalidSetting
 from keel_stream.gateway.config import load_boot_config
+from keel_stream.kafka.apache import ApacheKafka
 from keel_stream.kafka.broker import EmbeddedBroker
 from keel_stream.kafka.errors import kafka_translated
 from keel_stream.logs import get_logger
@@ -63,7 +65,7 @@ class _Embedded:
     """The servers dev starts itself (None: configured, someone else runs it)."""
 
     postgres: EmbeddedPostgres | None
-    broker: EmbeddedBroker | None
+    broker: EmbeddedBroker | ApacheKafka | None
     pids: DevPids
     log: structlog.stdlib.BoundLogger
 
@@ -82,7 +84,7 @@ class _Embedded:
             except RuntimeError as exc:
                 raise BrokerUnavailable(str(exc)) from exc
             self.pids.record("broker", self.broker.pid)
-            self.log.info("embedded broker started", bootstrap=servers)
+            self.log.info("broker started", bootstrap=servers, kind=type(self.broker).__name__)
         if dsn is None or servers is None:  # each is configured, or started just above
             raise InvalidSetting("dev needs a database and a broker: set both or neither")
         return dsn, servers
@@ -91,7 +93,7 @@ class _Embedded:
         """Stop what was started; False when something could not be stopped (logged)."""
         if self.broker is not None:
             self.broker.stop()
-            self.log.info("embedded broker stopped")
+            self.log.info("broker stopped")
         if self.postgres is not None:
             try:
                 self.postgres.stop()
@@ -102,15 +104,22 @@ class _Embedded:
         return True
 
 
+def _broker(settings: KeelSettings, root: Path) -> EmbeddedBroker | ApacheKafka | None:
+    """The broker dev starts: none when one is configured; a durable Apache Kafka under the
+    data directory with --kafka apache (its pid is recorded, so a leftover is stopped at the
+    next start); else the memory-only embedded one, which dies with dev."""
+    if settings.kafka_bootstrap is not None:
+        return None
+    if settings.dev_kafka == "apache":
+        return ApacheKafka(root / "kafka", log_path=root / "kafka.log")
+    return EmbeddedBroker(log_path=root / "broker.log", child_setup=die_with_parent())
+
+
 def _embedded(settings: KeelSettings, log: structlog.stdlib.BoundLogger) -> _Embedded:
     root = settings.data_dir
     return _Embedded(
         postgres=EmbeddedPostgres(root / "postgres") if settings.database_url is None else None,
-        broker=(
-            EmbeddedBroker(log_path=root / "broker.log", child_setup=die_with_parent())
-            if settings.kafka_bootstrap is None
-            else None
-        ),
+        broker=_broker(settings, root),
         pids=DevPids(root),
         log=log,
     )

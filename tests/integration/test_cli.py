@@ -261,6 +261,6 @@ def test_sigterm_during_dev_start_up_leaves_nothing_behind(tmp_path: Path) -> No
         assert proc.wait(timeout=60) == 0, log.read_text()
     assert not (tmp_path / "keel" / "postgres" / "postmaster.pid").exists(), log.read_text()
     assert (
-        "embedded broker stopped" in log.read_text()
-        or "embedded broker started" not in log.read_text()
+        '"event": "broker stopped"' in log.read_text()
+        or '"event": "broker started"' not in log.read_text()
     )
