@@ -35,6 +35,7 @@ __all__ = [
     "ClosedSet",
     "DataDir",
     "DatabaseUrl",
+    "MetricsHost",
     "MetricsPort",
     "RelayShards",
     "load_settings",
@@ -89,6 +90,15 @@ RelayShards = Annotated[
         envvar=env_var("relay_shards"),
         help="Outbox shard count.",
         show_default=_default("relay_shards"),
+    ),
+]
+MetricsHost = Annotated[
+    str | None,
+    typer.Option(
+        "--metrics-host",
+        envvar=env_var("metrics_host"),
+        help="Interface for --metrics-port (0.0.0.0 in a container).",
+        show_default=_default("metrics_host"),
     ),
 ]
 MetricsPort = Annotated[

@@ -11,6 +11,7 @@ import typer
 from keel_stream.cli.options import (
     Bootstrap,
     DatabaseUrl,
+    MetricsHost,
     MetricsPort,
     RelayShards,
     load_settings,
@@ -21,20 +22,10 @@ from keel_stream.cli.preflight import ensure_port_free
 from keel_stream.dev.components import relay_config
 from keel_stream.dev.signals import until_signalled
 from keel_stream.relay import Relay, RelayConfig, Shard, republish
-from keel_stream.settings import KeelSettings, env_var
+from keel_stream.settings import KeelSettings
 from keel_stream.store import pooled
 
 __all__ = ["relay", "republish_command"]
-
-MetricsHost = Annotated[
-    str | None,
-    typer.Option(
-        "--metrics-host",
-        envvar=env_var("metrics_host"),
-        help="Interface for --metrics-port (0.0.0.0 in a container).",
-        show_default="127.0.0.1",
-    ),
-]
 
 
 def relay(

@@ -5,17 +5,20 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
+
+from keel_stream.gateway import pidfiles
+from keel_stream.gateway.pidfiles import proc_stat
+from keel_stream.kafka.broker import free_port
 
 __all__ = ["Runtime", "SmokeFailed", "group_members", "processes_with", "until"]
 
@@ -38,57 +41,32 @@ def until(check: Callable[[], Any], what: str, deadline_s: float = DEADLINE_S) -
         time.sleep(0.05)
 
 
-def _proc_stat(pid: int) -> list[str] | None:
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name (field 2) may contain spaces; the fields after it do not.
-    return raw[raw.rindex(")") + 2 :].split()
-
-
-def _pids() -> Iterator[int]:
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            yield int(entry.name)
-
-
 def processes_with(marker: str) -> list[int]:
     """Live processes whose command line contains ``marker`` (zombies excluded)."""
     found = []
-    for pid in _pids():
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
         try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            cmdline = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        stat = _proc_stat(pid)
-        if marker.encode() in cmdline and stat is not None and stat[0] != "Z":
-            found.append(pid)
+        stat = proc_stat(int(entry.name))
+        if marker.encode() in cmdline and stat is not None and stat.state not in ("Z", "X"):
+            found.append(stat.pid)
     return found
 
 
 def group_members(pgids: set[int]) -> list[int]:
     """Live (non-zombie) processes in any of the process groups ``pgids``."""
-    members = []
-    for pid in _pids():
-        stat = _proc_stat(pid)
-        if stat is not None and stat[0] != "Z" and int(stat[2]) in pgids:
-            members.append(pid)
-    return members
+    return [stat.pid for pgid in sorted(pgids) for stat in pidfiles.group_members(pgid)]
 
 
 def pgid_of(pid: int) -> int:
-    stat = _proc_stat(pid)
+    stat = proc_stat(pid)
     if stat is None:
         raise SmokeFailed(f"process {pid} is gone")
-    return int(stat[2])
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    return stat.pgrp
 
 
 @dataclass

@@ -19,6 +19,7 @@ import asyncpg
 import httpx
 
 from keel_stream.gateway.process import ProviderProcess
+from keel_stream.gateway.smoke_runtime import processes_with
 from keel_stream.store.tenant_configs import TenantConfigs
 from tests.support.api import serve_api
 
@@ -77,20 +78,6 @@ async def _finished(client: httpx.AsyncClient, session: str, count: int) -> list
 
     result: list[dict[str, Any]] = await _until(check, f"{count} finished turns")
     return result
-
-
-def _processes_with(marker: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if marker.encode() in cmdline and b"sidecar_ref" in cmdline:
-            found.append(int(entry.name))
-    return found
 
 
 async def test_an_external_session_is_opened_driven_and_closed_through_the_api(
@@ -239,7 +226,7 @@ async def test_a_killed_backend_makes_its_sessions_unavailable_and_a_restart_res
         session = (await _open(client))["id"]
         await client.post(f"/v1/sessions/{session}/input", json={"text": "one two three"})
         await _until(lambda: _has_type(client, session, "text.delta"), "the turn streams")
-        (pid,) = _processes_with(str(state))
+        (pid,) = processes_with(str(state))
         os.kill(pid, signal.SIGKILL)  # mid-turn
         began = time.monotonic()
         await _until(
@@ -266,7 +253,7 @@ async def test_a_backend_that_cannot_resume_keeps_its_sessions_unavailable(
         await TenantConfigs(pool).put("acme", _document("--forbid-env", marker))
         session = (await _open(client))["id"]
         generation = await _generation(client)
-        (pid,) = _processes_with(marker)
+        (pid,) = processes_with(marker)
         os.kill(pid, signal.SIGKILL)
         await _until(lambda: _is(client, session, "backend-unavailable"), "marked unavailable")
         await _until(
