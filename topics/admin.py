@@ -32,6 +32,7 @@ __all__ = [
 ]
 
 _TOPIC_ALREADY_EXISTS = 36
+_METADATA_SETTLE_S = 5.0
 
 
 @dataclass
@@ -58,8 +59,25 @@ async def admin_client(bootstrap: str) -> AsyncIterator[AIOKafkaAdminClient]:
 
 
 async def _partition_counts(admin: AIOKafkaAdminClient, names: list[str]) -> dict[str, int]:
-    topics = await admin.describe_topics(names)
-    return {t["topic"]: len(t["partitions"]) for t in topics if t["error_code"] == 0}
+    """Partitions per topic; a topic created a moment ago is waited for, up to a few seconds.
+
+    Apache Kafka answers metadata for a new topic with UNKNOWN_TOPIC_OR_PARTITION or
+    LEADER_NOT_AVAILABLE (or no partitions yet) until its controller has propagated it.
+    """
+    counts: dict[str, int] = {}
+    pending = list(names)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + _METADATA_SETTLE_S
+    while pending:
+        topics = await admin.describe_topics(pending)
+        for topic in topics:
+            if topic["error_code"] == 0 and topic["partitions"]:
+                counts[topic["topic"]] = len(topic["partitions"])
+        pending = [n for n in pending if n not in counts]
+        if not pending or loop.time() >= deadline:
+            break
+        await asyncio.sleep(0.1)
+    return counts
 
 
 async def _configs(admin: AIOKafkaAdminClient, name: str) -> dict[str, str]:
