@@ -16,6 +16,7 @@ Every error carries a stable machine-readable ``code`` and a ``retriable`` flag;
     │   ├── InvalidPayload              a payload that breaks a validation rule (code = the rule)
     │   ├── InvalidPage                 a read with an out-of-range cursor or limit
     │   ├── UnknownProjection           a read model that does not exist
+    │   ├── PayloadTooLarge             a body or event over the size limit (413)
     │   └── UnknownBackend              a backend the tenant's configuration does not declare
     ├── NotFound                        (404)
     │   ├── TenantNotFound
@@ -84,6 +85,7 @@ __all__ = [
     "NotExternalSession",
     "NotFound",
     "PayloadRule",
+    "PayloadTooLarge",
     "PortInUse",
     "ProjectionBehind",
     "QuotaRefused",
@@ -195,6 +197,12 @@ class UnknownProjection(InvalidRequest):
     """There is no read model with this name."""
 
     code = "unknown_projection"
+
+
+class PayloadTooLarge(InvalidRequest):
+    """A request body or an event larger than the platform accepts."""
+
+    code = "payload_too_large"
 
 
 class UnknownBackend(InvalidRequest):

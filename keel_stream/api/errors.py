@@ -56,6 +56,7 @@ _STATUS: Final[tuple[tuple[type[errors.KeelError], int], ...]] = (
     (Unauthorized, 401),
     (InvalidConfig, 400),
     (ConfigNotFound, 404),
+    (errors.PayloadTooLarge, 413),
     (errors.InvalidRequest, 400),
     (errors.NotFound, 404),
     (errors.Conflict, 409),
@@ -72,7 +73,7 @@ _STATUS: Final[tuple[tuple[type[errors.KeelError], int], ...]] = (
 )
 
 
-_HTTP_CODES: Final = {404: "not_found", 405: "method_not_allowed"}
+_HTTP_CODES: Final = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
 _HTTP_OTHER: Final = "http_error"
 _INTERNAL: Final = "internal_error"
 HTTP_ERROR_CODES: Final = frozenset({*_HTTP_CODES.values(), _HTTP_OTHER, _INTERNAL})
