@@ -120,7 +120,8 @@ async def test_docs_consumer_example_runs(
 ) -> None:
     await publish_sample(ledger, pool, database_dsn, kafka, topic_prefix)
     text = (ROOT / "docs" / "topics.md").read_text()
-    (code,) = re.findall(r"```python\n(.*?)```", text, re.DOTALL)
+    blocks = re.findall(r"```python[^\n]*\n(.*?)```", text, re.DOTALL)
+    (code,) = [block for block in blocks if "AIOKafkaConsumer" in block]
     namespace: dict[str, Any] = {}
     exec(compile(code, "docs/topics.md", "exec"), namespace)
     count_kinds = cast(Callable[..., Awaitable[dict[str, int]]], namespace["count_kinds"])
