@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -34,7 +35,9 @@ from keel_stream.kernel.validation import tool_call_blocks
 from keel_stream.kernel.vocabulary import Kind
 from keel_stream.store.protocol import (
     MAX_READ_LIMIT,
+    NO_FAIRNESS,
     Claim,
+    ClaimFairness,
     ExternalMarkers,
     ExternalStatus,
     Heartbeat,
@@ -201,22 +204,31 @@ class MemoryStore:
     async def head(self, tenant_id: str, session_id: str) -> int:
         return len(self.session(tenant_id, session_id).events)
 
-    def claimable(self) -> tuple[str, str, _Session, _Run] | None:
+    def claimable(self, fairness: ClaimFairness) -> tuple[str, str, _Session, _Run] | None:
+        """The claim's rules of keel_stream/store/sql/queries/claim_run.sql."""
         now = self.now()
-        candidates = [
-            (run.updated, tenant, name, session, run)
+        native = [
+            (tenant, name, session, run)
             for (tenant, name), session in self._sessions.items()
             if (run := session.run) is not None
             and session.external is None
-            and (
-                run.status == _PENDING
-                or (run.status == _RUNNING and (run.lease_expires_at or 0) < now)
-            )
+            and tenant not in fairness.skip_tenants
         ]
-        if not candidates:
+        expired = [
+            c for c in native if c[3].status == _RUNNING and (c[3].lease_expires_at or 0) < now
+        ]
+        if expired:
+            return min(expired, key=lambda c: c[3].lease_expires_at or 0)
+        running = Counter(tenant for tenant, _, _, run in native if run.status == _RUNNING)
+        pending = [
+            c
+            for c in native
+            if c[3].status == _PENDING
+            and (fairness.tenant_cap == 0 or running[c[0]] < fairness.tenant_cap)
+        ]
+        if not pending:
             return None
-        _, tenant, name, session, run = min(candidates, key=lambda c: c[0])
-        return tenant, name, session, run
+        return min(pending, key=lambda c: (running[c[0]], c[3].updated))
 
 
 def _holds(run: _Run, lease: LeaseToken) -> bool:
@@ -240,8 +252,8 @@ class MemoryRuns:
         self._owner = owner
         self._ttl = lease_ttl_s
 
-    async def claim(self) -> Claim | None:
-        found = self._store.claimable()
+    async def claim(self, fairness: ClaimFairness = NO_FAIRNESS) -> Claim | None:
+        found = self._store.claimable(fairness)
         if found is None:
             return None
         tenant, name, _, run = found

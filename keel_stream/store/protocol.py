@@ -16,7 +16,9 @@ from keel_stream.kernel.types import CommitRequest, Event, LeaseToken, Submissio
 
 __all__ = [
     "MAX_READ_LIMIT",
+    "NO_FAIRNESS",
     "Claim",
+    "ClaimFairness",
     "ExternalMarkers",
     "ExternalStatus",
     "Heartbeat",
@@ -117,11 +119,26 @@ class Settlement:
     fresh_budget: bool
 
 
+@dataclass(frozen=True)
+class ClaimFairness:
+    """How a claim shares the workers' slots between tenants."""
+
+    skip_tenants: frozenset[str] = frozenset()
+    """Tenants the claiming worker already runs its share of: none of their runs is claimed."""
+    tenant_cap: int = 0
+    """At most this many running attempts per tenant across all workers; 0: no cap."""
+
+
+NO_FAIRNESS: Final = ClaimFairness()
+
+
 class Runs(Protocol):
     """The run rows, as one worker (its owner name and lease ttl) sees them."""
 
-    async def claim(self) -> Claim | None:
-        """A pending run, or a running one whose lease expired (a takeover); the epoch rises."""
+    async def claim(self, fairness: ClaimFairness = NO_FAIRNESS) -> Claim | None:
+        """A pending run, or a running one whose lease expired (a takeover); the epoch rises.
+        Pending runs of the tenants with the fewest running attempts go first (oldest first
+        among equals); `fairness` names tenants to pass over and a per-tenant cap."""
         ...
 
     async def heartbeat(self, claim: Claim) -> Heartbeat:

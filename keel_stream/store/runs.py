@@ -7,7 +7,7 @@ import asyncpg
 from keel_stream.kernel.status import RunStatus
 from keel_stream.kernel.types import LeaseToken
 from keel_stream.store.driver_errors import translated
-from keel_stream.store.protocol import Claim, Heartbeat, Settlement
+from keel_stream.store.protocol import NO_FAIRNESS, Claim, ClaimFairness, Heartbeat, Settlement
 from keel_stream.store.sqlfiles import query
 
 __all__ = ["PostgresRuns"]
@@ -21,9 +21,15 @@ class PostgresRuns:
         self._owner = owner
         self._ttl = lease_ttl_s
 
-    async def claim(self) -> Claim | None:
+    async def claim(self, fairness: ClaimFairness = NO_FAIRNESS) -> Claim | None:
         async with translated("claim run"):
-            row = await self._pool.fetchrow(query("claim_run"), self._owner, self._ttl)
+            row = await self._pool.fetchrow(
+                query("claim_run"),
+                self._owner,
+                self._ttl,
+                sorted(fairness.skip_tenants),
+                fairness.tenant_cap,
+            )
         if row is None:
             return None
         return Claim(

@@ -6,6 +6,12 @@
 -- never claimed. A pending claim starts an attempt (attempts + 1). A takeover does not: the new
 -- owner first settles the attempt that died (taken_over), then starts the next one if the policy
 -- allows.
+-- Fairness: $3 names tenants the claiming worker already runs its share of (skipped by both
+-- probes); $4 caps running attempts per tenant across all workers (0: no cap). Pending runs of the
+-- tenants with the fewest running attempts go first, oldest first among equals: one tenant's
+-- backlog never queues another tenant's input behind it. Counting a tenant's running runs is an
+-- index range (runs_running_by_tenant); ordering sorts the pending runs, which are few in a
+-- healthy fleet (a run is pending only between input and a claim).
 UPDATE runs AS r
 SET status = 'running',
     lease_owner = $1,
@@ -22,6 +28,7 @@ FROM (
         FROM runs AS c
         JOIN sessions AS s USING (tenant_id, session_id)
         WHERE c.status = 'running' AND c.lease_expires_at < now() AND s.state_owner <> 'external'
+          AND NOT c.tenant_id = ANY($3::text[])
         ORDER BY c.lease_expires_at
         LIMIT 1
         FOR UPDATE OF c SKIP LOCKED
@@ -31,8 +38,14 @@ FROM (
         SELECT c.tenant_id, c.session_id, c.status
         FROM runs AS c
         JOIN sessions AS s USING (tenant_id, session_id)
+        LEFT JOIN LATERAL (
+            SELECT count(*) AS running FROM runs AS b
+            WHERE b.tenant_id = c.tenant_id AND b.status = 'running'
+        ) AS busy ON true
         WHERE c.status = 'pending' AND s.state_owner <> 'external'
-        ORDER BY c.updated_at
+          AND NOT c.tenant_id = ANY($3::text[])
+          AND ($4::int = 0 OR busy.running < $4::int)
+        ORDER BY busy.running, c.updated_at
         LIMIT 1
         FOR UPDATE OF c SKIP LOCKED
     ) AS pending
