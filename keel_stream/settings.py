@@ -35,6 +35,8 @@ class KeelSettings(BaseSettings):
     data_dir: Path = Path(".keel")
     """Where embedded servers keep their data."""
     log_level: LogLevel = "info"
+    log_format: Literal["auto", "json", "console"] = "auto"
+    """Log lines on stderr: json, console (key=value), or auto (console on a terminal)."""
     relay_batch_size: int = Field(default=500, ge=1, le=10_000)
     relay_poll_interval_s: float = Field(default=1.0, gt=0)
     """Poll fallback when no NOTIFY arrives; also how often a standby tries to take over."""
@@ -49,24 +51,45 @@ class KeelSettings(BaseSettings):
     openai_api_key: str | None = None
     openai_model: str = "gpt-4o-mini"
     worker_slots: int = Field(default=4, ge=1)
+    worker_tenant_slots: int = Field(default=0, ge=0)
+    """At most this many of a worker's slots per tenant; 0: all slots but one (one slot always
+    stays open to the other tenants)."""
+    tenant_max_running: int = Field(default=0, ge=0)
+    """At most this many running attempts per tenant across all workers; 0: no cap."""
     worker_lease_ttl_s: float = Field(default=15.0, gt=0)
     worker_drain_grace_s: float = Field(default=10.0, ge=0)
     worker_max_turns: int = Field(default=8, ge=1)
     worker_context_budget_chars: int = Field(default=200_000, ge=0)
     """Compact a session's model context when it exceeds this many characters; 0: never."""
+    tool_timeout_s: float = Field(default=60.0, gt=0, allow_inf_nan=False)
+    """A tool call that takes longer is an isError result (a provider's timeoutMs overrides)."""
+    provider_stall_timeout_s: float = Field(default=60.0, gt=0, allow_inf_nan=False)
+    """A model stream that sends nothing for this long is cut (a retriable failure)."""
+    provider_request_timeout_s: float = Field(default=600.0, gt=0, allow_inf_nan=False)
+    """The longest a model request may take in all, its retries included."""
     api_host: str = "127.0.0.1"
     api_port: int = Field(default=8080, ge=0, le=65535)
+    api_max_body_bytes: int = Field(default=1_048_576, ge=1024)
+    """A request body over this is refused (413) before it is parsed."""
+    api_header_timeout_s: float = Field(default=10.0, gt=0, allow_inf_nan=False)
+    """A request's headers must arrive within this, or the connection is closed (408)."""
+    api_body_timeout_s: float = Field(default=30.0, gt=0, allow_inf_nan=False)
+    """A request's body must arrive within this once its headers have (408)."""
+    api_max_connections: int = Field(default=1000, ge=1)
+    """Connections (SSE streams included) served at once; a request over it is 503."""
+    api_backlog: int = Field(default=2048, ge=1)
+    """Connections the kernel queues before the server accepts them."""
     dev_api_key: str | None = None
     """`keel-stream dev` uses this API key (for tenant "dev") instead of a random one."""
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
-    """Serve Prometheus metrics on this port (relay); unset: not served."""
+    """Serve Prometheus metrics on this port (relay, worker, projections run); unset: not."""
     dev_kafka: Literal["embedded", "apache"] = "embedded"
     """The broker `keel-stream dev` starts without KEEL_KAFKA_BOOTSTRAP: the memory-only embedded
     one, or a durable Apache Kafka under the data directory (needs Java 17+ and Maven)."""
     metrics_host: str = "127.0.0.1"
     """The interface metrics are served on; 0.0.0.0 in a container, to be scraped."""
 
-    @field_validator("log_level", mode="before")
+    @field_validator("log_level", "log_format", mode="before")
     @classmethod
     def _lower_case_level(cls, value: object) -> object:
         return value.lower() if isinstance(value, str) else value

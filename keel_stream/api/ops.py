@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Final
 
-from fastapi import APIRouter, Response
-from fastapi.responses import PlainTextResponse
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, Gauge, generate_latest
 
 from keel_stream import __version__
-from keel_stream.api.deps import Config, Svc
+from keel_stream.api.deps import ApiConfig, Config, Svc
 from keel_stream.api.errors import ErrorBody
 from keel_stream.api.models import Capabilities
+from keel_stream.api.readiness import Readiness
 from keel_stream.api.sessions import SESSIONS_PAGE_DEFAULT, SESSIONS_PAGE_MAX
-from keel_stream.errors import StoreError, StoreUnavailable
+from keel_stream.dev.readiness import projector_group
+from keel_stream.metrics import Component, exported
 from keel_stream.store import MAX_READ_LIMIT
 
 __all__ = ["router"]
@@ -29,24 +31,33 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
+def _readiness(request: Request, config: ApiConfig) -> Readiness:
+    readiness = getattr(request.app.state, "readiness", None)
+    if not isinstance(readiness, Readiness):
+        readiness = Readiness(config.bootstrap, projector_group(config.topic_prefix))
+        request.app.state.readiness = readiness
+    return readiness
+
+
 @router.get("/readyz", tags=["ops"], responses={503: {"model": ErrorBody}})
-async def readyz(services: Svc) -> dict[str, Any]:
-    """Readiness: the database answers and the schema is migrated (503 otherwise). `kafka`
-    reports whether the live Kafka source is connected; streams work without it."""
-    try:
-        version = await services.sessions.schema_version()
-    except StoreError as exc:
-        raise StoreUnavailable(f"not ready: {exc.message}") from exc
-    if version is None:
-        raise StoreUnavailable("not ready: the schema is not migrated")
-    return {"status": "ready", "schemaVersion": version, "kafka": services.hub.kafka_connected}
+async def readyz(request: Request, services: Svc, config: Config) -> JSONResponse:
+    """Readiness: 503 unless the database answers and is migrated and, with a broker, the read
+    models have been live on it (the projections worker's group). The body reports each
+    dependency now: `dependencies.database`, `.kafka` (the broker answers), `.readModels`."""
+    report = await _readiness(request, config).report(
+        services.sessions, services.hub.kafka_connected
+    )
+    if report.ready:
+        return JSONResponse(report.body)
+    return JSONResponse(report.body, status_code=503, headers={"Retry-After": "1"})
 
 
 @router.get("/metrics", tags=["ops"], response_class=PlainTextResponse)
 async def metrics(services: Svc) -> Response:
-    """Prometheus metrics."""
+    """Prometheus metrics of the components this process runs."""
     STREAMS.set(services.hub.streams)
-    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+    registry = exported(default=(Component.API, Component.GATEWAY))
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
 
 @router.get("/v1/capabilities", response_model=Capabilities, tags=["v1"])

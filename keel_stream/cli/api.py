@@ -17,6 +17,8 @@ from keel_stream.cli.options import (
 from keel_stream.cli.preflight import ensure_port_free
 from keel_stream.dev.components import api_config
 from keel_stream.gateway.config import load_boot_config
+from keel_stream.logs import route_stdlib_logging
+from keel_stream.metrics import Component, declare
 from keel_stream.store.admin import ping
 
 __all__ = ["PORT_HINT", "api"]
@@ -39,7 +41,9 @@ def api(
     config = api_config(settings, dsn, settings.kafka_bootstrap)
     config.boot_config = load_boot_config(os.environ)  # a bad document stops the start here
     config.data_dir = settings.data_dir
+    declare(Component.API, Component.GATEWAY)
     server = api_server(config, settings.api_host, settings.api_port)
+    route_stdlib_logging()  # uvicorn has just installed its own handlers
 
     async def serve() -> None:
         # The app connects in its lifespan, where a failure is only logged: check first.

@@ -21,6 +21,7 @@ from keel_stream.cli.options import (
 from keel_stream.cli.preflight import ensure_port_free
 from keel_stream.dev.components import relay_config
 from keel_stream.dev.signals import until_signalled
+from keel_stream.metrics import METRICS_PORT_HINT, Component, declare, serve_metrics
 from keel_stream.relay import Relay, RelayConfig, Shard, republish
 from keel_stream.settings import KeelSettings
 from keel_stream.store import pooled
@@ -45,12 +46,10 @@ def relay(
         metrics_host=metrics_host,
     )
     config = _config(settings, shard)
+    declare(Component.RELAY)
     if settings.metrics_port is not None:
-        from prometheus_client import start_http_server
-
-        host = settings.metrics_host
-        ensure_port_free(host, settings.metrics_port, hint="choose another with --metrics-port")
-        start_http_server(settings.metrics_port, addr=host)
+        ensure_port_free(settings.metrics_host, settings.metrics_port, hint=METRICS_PORT_HINT)
+        serve_metrics(settings.metrics_host, settings.metrics_port)
     asyncio.run(until_signalled(Relay.from_config(config).run))
 
 

@@ -43,6 +43,8 @@ def worker_config(settings: KeelSettings, dsn: str, bootstrap: str | None) -> Wo
         bootstrap=bootstrap,
         topic_prefix=settings.topic_prefix,
         slots=settings.worker_slots,
+        tenant_slots=settings.worker_tenant_slots,
+        tenant_max_running=settings.tenant_max_running,
         lease_ttl_s=settings.worker_lease_ttl_s,
         drain_grace_s=settings.worker_drain_grace_s,
         max_turns=settings.worker_max_turns,

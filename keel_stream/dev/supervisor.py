@@ -39,7 +39,8 @@ from keel_stream.gateway.config import load_boot_config
 from keel_stream.kafka.apache import ApacheKafka
 from keel_stream.kafka.broker import EmbeddedBroker
 from keel_stream.kafka.errors import kafka_translated
-from keel_stream.logs import get_logger
+from keel_stream.logs import get_logger, route_stdlib_logging
+from keel_stream.metrics import Component, declare
 from keel_stream.relay import Relay, Shard
 from keel_stream.settings import KeelSettings
 from keel_stream.store import pooled
@@ -200,6 +201,8 @@ async def _serve_platform(
     config.boot_config = load_boot_config(os.environ)
     config.data_dir = settings.data_dir
     server = api_server(config, settings.api_host, settings.api_port, on_exit=stop.set)
+    route_stdlib_logging()  # uvicorn has just installed its own handlers
+    declare(Component.RELAY, Component.WORKER, Component.API, Component.GATEWAY)
     async with child_process("projections", "run", env=env) as projector:
         pids.record("projector", projector.pid)
         say(f"projections worker: pid {projector.pid}")

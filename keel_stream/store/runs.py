@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Final
+
 import asyncpg
 
 from keel_stream.kernel.status import RunStatus
@@ -10,7 +12,9 @@ from keel_stream.store.driver_errors import translated
 from keel_stream.store.protocol import NO_FAIRNESS, Claim, ClaimFairness, Heartbeat, Settlement
 from keel_stream.store.sqlfiles import query
 
-__all__ = ["PostgresRuns"]
+__all__ = ["CAPPED_CLAIM_LOCK_CLASS", "PostgresRuns"]
+
+CAPPED_CLAIM_LOCK_CLASS: Final = 0x6B636C6D  # "kclm": serialises claims under a tenant cap
 
 
 class PostgresRuns:
@@ -22,14 +26,14 @@ class PostgresRuns:
         self._ttl = lease_ttl_s
 
     async def claim(self, fairness: ClaimFairness = NO_FAIRNESS) -> Claim | None:
+        arguments = (self._owner, self._ttl, sorted(fairness.skip_tenants), fairness.tenant_cap)
         async with translated("claim run"):
-            row = await self._pool.fetchrow(
-                query("claim_run"),
-                self._owner,
-                self._ttl,
-                sorted(fairness.skip_tenants),
-                fairness.tenant_cap,
-            )
+            if fairness.tenant_cap == 0:
+                row = await self._pool.fetchrow(query("claim_run"), *arguments)
+            else:
+                async with self._pool.acquire() as conn, conn.transaction():
+                    await conn.execute(query("claim_capped_lock"), CAPPED_CLAIM_LOCK_CLASS)
+                    row = await conn.fetchrow(query("claim_run"), *arguments)
         if row is None:
             return None
         return Claim(

@@ -36,6 +36,7 @@ from keel_stream.worker.agent_settings import (
 )
 from keel_stream.worker.answers import Answer, ask_model
 from keel_stream.worker.compaction import Compactor
+from keel_stream.worker.metrics import observe_answer
 from keel_stream.worker.partials import PartialsPublisher
 from keel_stream.worker.providers.base import Provider, ToolSpec
 from keel_stream.worker.session_io import Fenced, SessionIO
@@ -153,9 +154,14 @@ class AgentLoop:
             transcript, seen = await self._compact(io, transcript, seen, model, signals)
             tools = await self._tools(attempt, signals)
             record.turns += 1
+            asked = time.monotonic()
             answer = await ask_model(
                 model, tools, self._partials, io.claim, transcript.model_view,
                 record.turns, signals,
+            )  # fmt: skip
+            observe_answer(
+                model.provider.name, time.monotonic() - asked, answer.finish,
+                cancelled=answer.cancelled,
             )  # fmt: skip
             committed = await self._commit_answer(io, answer, transcript, record, model)
             seen = max(seen, committed.seq)

@@ -27,6 +27,7 @@ from keel_stream.kernel.status import fresh_budget
 from keel_stream.logs import get_logger
 from keel_stream.store.protocol import Runs, Settlement
 from keel_stream.worker.agent_settings import TurnModel
+from keel_stream.worker.metrics import SETTLED
 from keel_stream.worker.session_io import SessionIO
 
 __all__ = ["AttemptRecord", "AttemptResult", "Settler"]
@@ -94,6 +95,11 @@ def _recorded(summary: Mapping[str, Any]) -> AttemptRecord:
     )
 
 
+def _outcome_status(outcome: AttemptOutcome) -> str:
+    """The attempt's status in its summary: done, failed or cancelled."""
+    return "cancelled" if outcome.cancelled else "failed" if outcome.failed else "done"
+
+
 class Settler:
     def __init__(self, runs: Runs, provider: str, model: str) -> None:
         self._runs = runs
@@ -141,14 +147,15 @@ class Settler:
             fresh_budget=fresh_budget(outcome),
         )
         status = await self._runs.settle(claim, settlement)
+        if status is not None:
+            SETTLED.labels(_outcome_status(outcome), status).inc()
         return AttemptResult(status, record.turns, record.stop_reason)
 
     async def _summarise(
         self, io: SessionIO, record: AttemptRecord, outcome: AttemptOutcome
     ) -> None:
-        status = "cancelled" if outcome.cancelled else "failed" if outcome.failed else "done"
         summary: dict[str, Any] = {
-            "status": status,
+            "status": _outcome_status(outcome),
             "turns": record.turns,
             "tokens": record.usage,
             "toolTimings": record.timings,

@@ -1,14 +1,17 @@
 """`keel-stream worker`: claims runs, runs attempts, heartbeats leases, drains on SIGTERM.
 
-A worker runs up to `slots` attempts at once. Each attempt has a heartbeat that extends its
-lease; if the heartbeat finds the lease gone (another worker took over after it expired), the
-attempt stops without another commit, and the kernel would fence it anyway. A cancel reaches
-the attempt at once through `NOTIFY keel_cancels` (the heartbeat also sees it, as a backstop).
-On stop (SIGTERM) the worker claims nothing more, lets running attempts finish for
-`drain_grace_s`, then releases the rest: they go back to pending, unanswered input intact, and
-another worker continues them (a released attempt is not settled and has no summary).
-Each attempt runs on its tenant's model settings and tools (keel_stream.worker.agent_settings,
-keel_stream.worker.tool_providers); the worker closes every tool provider when it stops.
+A worker runs up to `slots` attempts at once, shared fairly between tenants: a tenant holding
+its share (`tenant_slots`, by default all slots but one) is passed over when claiming, and claims
+prefer the tenants with the fewest running attempts (keel_stream.store.protocol.ClaimFairness).
+Each attempt has a heartbeat that extends its lease; if the heartbeat finds the lease gone
+(another worker took over after it expired), the attempt stops without another commit, and the
+kernel would fence it anyway. A cancel reaches the attempt at once through `NOTIFY
+keel_cancels` (the heartbeat also sees it, as a backstop). On stop (SIGTERM) the worker claims
+nothing more, lets running attempts finish for `drain_grace_s`, then releases the rest: they go
+back to pending, unanswered input intact, and another worker continues them (a released attempt
+is not settled and has no summary). Each attempt runs on its tenant's model settings and tools
+(keel_stream.worker.agent_settings, keel_stream.worker.tool_providers); the worker closes every
+tool provider when it stops.
 """
 
 from __future__ import annotations
@@ -17,13 +20,14 @@ import asyncio
 import contextlib
 import os
 import socket
+from collections import Counter
 from dataclasses import dataclass, field
 
 from keel_stream.errors import KeelError, StoreUnavailable
 from keel_stream.gateway.config import TenantConfig
 from keel_stream.logs import get_logger
 from keel_stream.store.memory import MemoryStore
-from keel_stream.store.protocol import Claim, Runs
+from keel_stream.store.protocol import Claim, ClaimFairness, Runs
 from keel_stream.store.worker_store import (
     WorkerStore,
     memory_worker_store,
@@ -32,6 +36,7 @@ from keel_stream.store.worker_store import (
 from keel_stream.topics.catalog import PARTIALS
 from keel_stream.worker.agent_settings import ModelProviders, ProviderFactory, TenantConfigCache
 from keel_stream.worker.loop import AgentLoop, Signals
+from keel_stream.worker.metrics import ACTIVE, CLAIMED, TAKEOVERS
 from keel_stream.worker.partials import PartialsPublisher
 from keel_stream.worker.providers.base import Provider
 from keel_stream.worker.providers.fake import FakeProvider
@@ -47,6 +52,10 @@ class WorkerConfig:
     topic_prefix: str = ""
     owner: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     slots: int = 4
+    tenant_slots: int = 0
+    """At most this many slots per tenant; 0: all but one (one stays open to other tenants)."""
+    tenant_max_running: int = 0
+    """At most this many running attempts per tenant across all workers; 0: no cap."""
     lease_ttl_s: float = 15.0
     poll_s: float = 0.5
     drain_grace_s: float = 10.0
@@ -113,7 +122,7 @@ class Worker:
                 claim = None
                 if len(self._attempts) < config.slots:
                     try:
-                        claim = await store.runs.claim()
+                        claim = await store.runs.claim(self._fairness())
                     except StoreUnavailable as exc:
                         self._log.warning("claim failed", error=str(exc))
                 if claim is not None:
@@ -128,6 +137,16 @@ class Worker:
             await partials.stop()
             self._log.info("stopped")
 
+    def _fairness(self) -> ClaimFairness:
+        """Tenants holding their share of this worker's slots are passed over (fair slots)."""
+        config = self._config
+        share = config.tenant_slots or max(1, config.slots - 1)
+        held = Counter(claim.tenant for claim in self._attempts.values())
+        return ClaimFairness(
+            skip_tenants=frozenset(t for t, n in held.items() if n >= share),
+            tenant_cap=config.tenant_max_running,
+        )
+
     def _start(self, loop: AgentLoop, runs: Runs, claim: Claim) -> None:
         self._log.info(
             "claimed", session=claim.session, epoch=claim.lease.epoch, attempt=claim.attempts
@@ -137,9 +156,17 @@ class Worker:
         if claim.cancel_requested:
             signals.cancel.set()
         self._signals[(claim.tenant, claim.session)] = signals
+        CLAIMED.inc()
+        if claim.taken_over:
+            TAKEOVERS.inc()
         task = asyncio.create_task(self._attempt(loop, runs, claim, signals))
         self._attempts[task] = claim
-        task.add_done_callback(lambda t: self._attempts.pop(t, None))
+        ACTIVE.inc()
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._attempts.pop(task, None)
+        ACTIVE.dec()
 
     async def _attempt(self, loop: AgentLoop, runs: Runs, claim: Claim, signals: Signals) -> None:
         beating = asyncio.create_task(self._heartbeat(runs, claim, signals))

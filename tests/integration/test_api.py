@@ -231,8 +231,12 @@ async def test_read_models_with_min_seq(api: Api) -> None:
 async def test_health_ready_metrics(api: Api) -> None:
     async with httpx.AsyncClient(base_url=api.url) as client:
         assert (await client.get("/healthz")).json() == {"status": "ok"}
-        ready = (await client.get("/readyz")).json()
-        assert (ready["status"], ready["schemaVersion"]) == ("ready", _latest_migration())
+        # No projections worker runs here: the database is ready, the read models are not.
+        ready = await client.get("/readyz")
+        body = ready.json()
+        assert (ready.status_code, body["error"]["code"]) == (503, "projection_behind")
+        database = body["dependencies"]["database"]
+        assert (database["ok"], database["schemaVersion"]) == (True, _latest_migration())
         metrics = await client.get("/metrics")
         assert "keel_api_sse_streams" in metrics.text
         assert (await client.get("/openapi.json")).json()["info"]["title"]
@@ -305,7 +309,11 @@ async def test_sse_keeps_flowing_after_the_broker_stops(database_dsn: str) -> No
         async with serve_api(database_dsn, broker.bootstrap, prefix) as api, api.client() as client:
 
             async def kafka_live() -> bool:
-                return bool((await client.get("/readyz")).json()["kafka"])
+                readyz = (await client.get("/readyz")).json()
+                return bool(readyz["dependencies"]["kafka"]["liveSource"])
+
+            async def kafka_gone() -> bool:
+                return (await client.get("/readyz")).json()["kafka"] is False
 
             await wait_until(kafka_live, 30, "the api's live Kafka source")
             sid = await session_id(client)
@@ -317,6 +325,7 @@ async def test_sse_keeps_flowing_after_the_broker_stops(database_dsn: str) -> No
                 for text in ("after one", "after two"):
                     await client.post(f"/v1/sessions/{sid}/input", json={"text": text})
                 after = await asyncio.wait_for(collect_frames(frames, 2), 15)
+            await wait_until(kafka_gone, 15, "/readyz to say the broker does not answer")
     finally:
         broker.stop()
     assert [before.id] + [f.id for f in after] == ["1", "2", "3"]
