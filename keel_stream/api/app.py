@@ -14,9 +14,11 @@ from fastapi import FastAPI
 
 from keel_stream import __version__
 from keel_stream.api import external, ops, reads, runs, sessions, submissions, tenant_config
+from keel_stream.api.access_log import AccessLog
 from keel_stream.api.deps import ApiConfig, Services
 from keel_stream.api.errors import install_error_handlers
 from keel_stream.api.hub import LiveHub
+from keel_stream.api.limits import BodyLimit
 from keel_stream.gateway.agents import ExternalAgents
 from keel_stream.gateway.config import load_boot_config
 from keel_stream.readmodels import ReadModels
@@ -72,6 +74,8 @@ def create_app(config: ApiConfig) -> FastAPI:
     )
     app.state.config = config
     install_error_handlers(app)
+    app.add_middleware(BodyLimit, limits=config.limits)  # inside the access log: 413/408 logged
+    app.add_middleware(AccessLog)
     for router in (ops.router, sessions.router, submissions.router, reads.router, runs.router):
         app.include_router(router)
     app.include_router(tenant_config.router)

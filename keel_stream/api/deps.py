@@ -10,8 +10,10 @@ from typing import Annotated, Any, Final
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from keel_stream.api.access_log import note_tenant
 from keel_stream.api.errors import ErrorBody, Unauthorized
 from keel_stream.api.hub import LiveHub
+from keel_stream.api.limits import ApiLimits
 from keel_stream.api.models import ExternalView, RunView, SessionView
 from keel_stream.errors import SessionNotFound
 from keel_stream.gateway.agents import ExternalAgents
@@ -56,9 +58,11 @@ class ApiConfig:
     draining: asyncio.Event = field(default_factory=asyncio.Event)
     """Set when the process drains (SIGTERM): streams send what is unread, then `drain`."""
     boot_config: TenantConfig | None = None
+    """The runtime's own configuration document; None: read KEEL_EXTERNAL_CONFIG at start."""
     data_dir: Path = Path(".keel")
     """KEEL_DATA_DIR: the gateway's audit file and pidfiles live under it."""
-    """The runtime's own configuration document; None: read KEEL_EXTERNAL_CONFIG at start."""
+    limits: ApiLimits = field(default_factory=ApiLimits.from_environment)
+    """Body size, header and body deadlines, connections (KEEL_API_* unless given)."""
 
 
 @dataclass
@@ -108,6 +112,7 @@ async def tenant_of(
     tenant = await services_of(request).keys.tenant_for(key)
     if tenant is None:
         raise Unauthorized("unknown or revoked API key")
+    note_tenant(tenant)
     return tenant
 
 

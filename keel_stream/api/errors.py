@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
+import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -20,7 +21,11 @@ __all__ = [
     "ErrorBody",
     "ErrorDetail",
     "NoRunningAttempt",
+    "RequestTimeout",
+    "ServerBusy",
     "Unauthorized",
+    "error_json",
+    "error_response",
     "install_error_handlers",
     "status_for",
     "status_of",
@@ -51,9 +56,24 @@ class NoRunningAttempt(errors.Conflict):
     code = "no_running_attempt"
 
 
+class RequestTimeout(errors.KeelError):
+    """The request's headers or body did not arrive in time; the connection is closed."""
+
+    code = "request_timeout"
+
+
+class ServerBusy(errors.KeelError):
+    """The process serves as many connections as it may; this one is refused and closed."""
+
+    code = "server_busy"
+    retriable = True
+
+
 # Most specific class first.
 _STATUS: Final[tuple[tuple[type[errors.KeelError], int], ...]] = (
     (Unauthorized, 401),
+    (RequestTimeout, 408),
+    (ServerBusy, 503),
     (InvalidConfig, 400),
     (ConfigNotFound, 404),
     (errors.PayloadTooLarge, 413),
@@ -100,13 +120,24 @@ def _body(code: str, message: str, retriable: bool = False) -> dict[str, object]
     ).model_dump()
 
 
+def error_json(error: errors.KeelError) -> bytes:
+    """The error body of an error, as sent."""
+    return orjson.dumps(_body(error.error_code, error.message, error.retriable))
+
+
+def error_response(error: errors.KeelError, *, close: bool = False) -> JSONResponse:
+    """The response to an error; `close`: the server closes the connection after it."""
+    headers = {"Retry-After": "1"} if error.retriable else {}
+    if close:
+        headers["Connection"] = "close"
+    body = _body(error.error_code, error.message, error.retriable)
+    return JSONResponse(body, status_code=status_for(error), headers=headers)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(errors.KeelError)
     async def keel_error(request: Request, exc: errors.KeelError) -> JSONResponse:
-        status = status_for(exc)
-        headers = {"Retry-After": "1"} if exc.retriable else None
-        body = _body(exc.error_code, exc.message, exc.retriable)
-        return JSONResponse(body, status_code=status, headers=headers)
+        return error_response(exc)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -1,4 +1,8 @@
-"""Serving the API with uvicorn, draining SSE streams on SIGTERM before the process exits."""
+"""Serving the API with uvicorn, draining SSE streams on SIGTERM before the process exits.
+
+The protocol is uvicorn's h11 one with a header deadline and a connection limit
+(keel_stream.api.connections); the app bounds each body (keel_stream.api.limits).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from types import FrameType
 import uvicorn
 
 from keel_stream.api.app import ApiConfig, create_app
+from keel_stream.api.connections import bounded_protocol
 
 __all__ = ["DrainingServer", "api_server"]
 
@@ -56,5 +61,7 @@ def api_server(
         log_level="warning",
         timeout_graceful_shutdown=10,
         lifespan="on",
+        http=bounded_protocol(api.limits),
+        backlog=api.limits.backlog,
     )
     return DrainingServer(config, api, on_exit)

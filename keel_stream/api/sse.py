@@ -22,11 +22,15 @@ from typing import Any, Final
 import orjson
 from sse_starlette import ServerSentEvent
 
-from keel_stream.api.hub import Frame, Partial, Subscriptions, Wake
+from keel_stream.api.hub import Frame, Partial, Subscription, Subscriptions, Wake
+from keel_stream.errors import StoreUnavailable
 from keel_stream.kernel.types import Event
+from keel_stream.logs import get_logger
 from keel_stream.store.protocol import MAX_READ_LIMIT, Ledger
 
 __all__ = ["DRAIN_RETRY_MS", "SENT_GENERATIONS_KEPT", "SentGenerations", "session_stream"]
+
+_log = get_logger("api.sse")
 
 DRAIN_RETRY_MS: Final = 3000
 SENT_GENERATIONS_KEPT: Final = 256
@@ -125,6 +129,38 @@ async def session_stream(
     stream = _Stream(ledger, tenant, session, after)
     drain = asyncio.create_task(draining.wait())
     try:
+        async for chunk in _until_store_fails(_live(stream, subscription, drain, heartbeat_s)):
+            yield chunk
+    finally:
+        # A client that goes away cancels the stream inside asyncio.wait: the pending get
+        # would outlive the subscription, and be destroyed pending (an error line) when
+        # collected. Cancelled, both tasks end on the loop's next turn.
+        drain.cancel()
+        hub.unsubscribe(subscription)
+
+
+async def _until_store_fails(frames: AsyncGenerator[bytes, None]) -> AsyncGenerator[bytes, None]:
+    """The frames; when the database fails mid-stream (the response has started, no error
+    status can be sent), a `drain` frame asking the client to reconnect later, and the end."""
+    try:
+        async for chunk in frames:
+            yield chunk
+    except StoreUnavailable as exc:
+        _log.warning("stream ended: database unavailable", error=exc.message)
+        data = {"retry_after_ms": DRAIN_RETRY_MS, "reason": StoreUnavailable.code}
+        yield ServerSentEvent(data=orjson.dumps(data).decode(), event="drain").encode()
+    finally:
+        await frames.aclose()
+
+
+async def _live(
+    stream: _Stream,
+    subscription: Subscription,
+    drain: asyncio.Task[bool],
+    heartbeat_s: float,
+) -> AsyncGenerator[bytes, None]:
+    item: asyncio.Task[Wake | Frame | Partial] | None = None
+    try:
         async for chunk in stream.catch_up():
             yield chunk
         while True:
@@ -151,5 +187,5 @@ async def session_stream(
             async for chunk in stream.on_signal(item.result()):
                 yield chunk
     finally:
-        drain.cancel()
-        hub.unsubscribe(subscription)
+        if item is not None:
+            item.cancel()

@@ -1,17 +1,24 @@
 """Client input through either door, `POST /input` or `POST /events`: one path to the kernel.
 
-Both doors read the body as raw JSON (strictly: no NaN or Infinity, no invalid UTF-8) and hand
-the payload to the kernel unchanged, so the same payload gets the same answer at both doors:
-the kernel's own rule code for a bad one (text_not_string, delivery_invalid, ...), and for a
-good one every field stored exactly as sent, nulls and unknown fields included.
+Both doors read the body as raw JSON and hand the payload to the kernel unchanged, so the same
+payload gets the same answer at both doors: the kernel's own rule code for a bad one
+(text_not_string, delivery_invalid, ...), and for a good one every field stored exactly as
+sent, nulls and unknown fields included. A body that is not JSON text is invalid_request; a
+number JSON cannot hold (NaN, Infinity, -Infinity, or one that overflows to infinity, 1e400)
+is payload_not_json, as the kernel answers a value it cannot store.
+
+A body over OFF_LOOP_BYTES is parsed and checked in a thread: the event loop (and /healthz, and
+in `keel-stream dev` the relay and the worker) keeps running meanwhile.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import uuid
-from typing import Any, Final
+from collections.abc import Callable
+from typing import Any, Final, TypeVar
 
 from fastapi import APIRouter, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -19,18 +26,21 @@ from pydantic import ValidationError
 
 from keel_stream.api.deps import ERRORS, Services, Svc, Tenant
 from keel_stream.api.external import deliver
+from keel_stream.api.limits import OFF_LOOP_BYTES
 from keel_stream.api.models import (
     EVENT_REQUEST_SCHEMA,
     INPUT_BODY_SCHEMA,
     EventRequest,
     SubmissionView,
 )
-from keel_stream.errors import ExternalSession, InvalidRequest
+from keel_stream.errors import ExternalSession, InvalidPayload, InvalidRequest, PayloadRule
 from keel_stream.kernel import CommitRequest, Delivery, Kind, require_edge_kind, validate_payload
 
 __all__ = ["parse_json_body", "router", "submit"]
 
 router = APIRouter(tags=["v1"])
+
+_T = TypeVar("_T")
 
 _RESPONSES: Final[dict[int | str, dict[str, Any]]] = {
     **ERRORS,
@@ -47,20 +57,25 @@ def _json_body(schema: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+class _NotANumber(ValueError):
+    """A number JSON cannot hold."""
+
+
 def _constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
+    raise _NotANumber(f"{name} is not a JSON number")
 
 
 def _finite(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
-        raise ValueError(f"{text} is out of range for a JSON number")
+        raise _NotANumber(f"{text} is out of range for a JSON number")
     return value
 
 
 def parse_json_body(raw: bytes, content_type: str | None) -> Any:
     """The body as a JSON value. InvalidRequest for a body that is absent, not JSON, nested
-    deeper than the parser goes, or sent with a content type other than JSON."""
+    deeper than the parser goes, or sent with a content type other than JSON; InvalidPayload
+    (payload_not_json) for a number JSON cannot hold."""
     if content_type is not None:
         media = content_type.split(";", 1)[0].strip().lower()
         if media != "application/json" and not (
@@ -73,12 +88,39 @@ def parse_json_body(raw: bytes, content_type: str | None) -> Any:
         return json.loads(raw, parse_constant=_constant, parse_float=_finite)
     except RecursionError as exc:
         raise InvalidRequest("the body is nested too deeply") from exc
+    except _NotANumber as exc:
+        raise InvalidPayload(PayloadRule.PAYLOAD_NOT_JSON, str(exc)) from exc
     except ValueError as exc:
         raise InvalidRequest(f"the body is not valid JSON: {exc}") from exc
 
 
-async def _read_body(request: Request) -> Any:
-    return parse_json_body(await request.body(), request.headers.get("content-type"))
+async def _off_loop_if_large(request: Request, check: Callable[[Any], _T]) -> _T:
+    """Parse the body and check it, in a thread when the body is large."""
+    raw = await request.body()
+    content_type = request.headers.get("content-type")
+
+    def parsed_and_checked() -> _T:
+        return check(parse_json_body(raw, content_type))
+
+    if len(raw) <= OFF_LOOP_BYTES:
+        return parsed_and_checked()
+    return await asyncio.to_thread(parsed_and_checked)
+
+
+def _checked(kind: Kind, payload: Any) -> dict[str, Any]:
+    """The payload as a dict, once the kernel's rules pass (each answers with its own code)."""
+    validate_payload(kind, payload)
+    return dict(payload)
+
+
+def _input(body: Any) -> dict[str, Any]:
+    return _checked(Kind.USER_MESSAGE, body)
+
+
+def _edge_event(body: Any) -> tuple[Kind, dict[str, Any], str | None]:
+    envelope = _envelope(body)
+    kind = require_edge_kind(envelope.kind)
+    return kind, _checked(kind, envelope.payload), envelope.request_id
 
 
 def _envelope(body: Any) -> EventRequest:
@@ -94,12 +136,11 @@ async def submit(
     tenant: str,
     session_id: str,
     kind: Kind,
-    payload: Any,
+    fields: dict[str, Any],
     key: str | None,
 ) -> SubmissionView:
-    """Commit an edge event; the payload goes to the kernel exactly as the client sent it."""
-    validate_payload(kind, payload)  # the rule's own code, before anything reads the payload
-    fields = dict(payload)
+    """Commit an edge event whose payload passed the kernel's rules (`_checked`); it goes to
+    the kernel exactly as the client sent it."""
     request_id = key if key is not None else fields.get("requestId")
     if request_id is None:
         request_id = str(uuid.uuid4())
@@ -146,7 +187,7 @@ async def post_input(
 ) -> SubmissionView:
     """Commit a user message (the body is its payload). The same requestId again returns the
     same submission; without one, one is generated. Unknown fields are stored as sent."""
-    payload = await _read_body(request)
+    payload = await _off_loop_if_large(request, _input)
     submission = await submit(services, tenant, session_id, Kind.USER_MESSAGE, payload, None)
     return _answered(submission, response)
 
@@ -162,9 +203,6 @@ async def post_event(
     request: Request, services: Svc, tenant: Tenant, session_id: str, response: Response
 ) -> SubmissionView:
     """Commit an edge event: only user.message is accepted here."""
-    envelope = _envelope(await _read_body(request))
-    kind = require_edge_kind(envelope.kind)
-    submission = await submit(
-        services, tenant, session_id, kind, envelope.payload, envelope.request_id
-    )
+    kind, payload, request_id = await _off_loop_if_large(request, _edge_event)
+    submission = await submit(services, tenant, session_id, kind, payload, request_id)
     return _answered(submission, response)

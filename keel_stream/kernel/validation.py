@@ -134,7 +134,7 @@ _RULES: Final[Mapping[Kind, Callable[[Payload], None]]] = {
 def _validate_storable(payload: Payload) -> None:
     try:
         encoded = canonical_json(payload)
-    except (orjson.JSONEncodeError, TypeError, RecursionError) as exc:
+    except (orjson.JSONEncodeError, TypeError, ValueError, RecursionError) as exc:
         raise _fail(PayloadRule.PAYLOAD_NOT_JSON, f"payload is not storable JSON: {exc}") from exc
     if b"\\u0000" in encoded:
         raise _fail(PayloadRule.PAYLOAD_NOT_JSON, "strings must not contain the NUL character")

@@ -19,6 +19,9 @@ _UNAVAILABLE = (
     asyncpg.AdminShutdownError,
     asyncpg.CrashShutdownError,
     asyncpg.InterfaceError,
+    # A connection the server shut down mid-operation (seen during a fast shutdown): "cannot
+    # switch to state 15; another operation is in progress".
+    asyncpg.InternalClientError,
 )
 
 
