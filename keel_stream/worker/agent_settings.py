@@ -19,6 +19,7 @@ from keel_stream.gateway.config import ModelSettings, TenantConfig
 from keel_stream.gateway.config_errors import InvalidConfig
 from keel_stream.kernel import Event, Kind
 from keel_stream.store.worker_store import TenantConfigReader
+from keel_stream.worker.limits import StreamLimits
 from keel_stream.worker.providers.base import Provider
 from keel_stream.worker.providers.fake import FakeProvider
 from keel_stream.worker.providers.openai import OpenAIProvider
@@ -85,12 +86,17 @@ class TenantConfigCache:
 
 
 class ModelProviders:
-    """Providers for model settings: "openai" on the worker's endpoint and key, "fake"."""
+    """Providers for model settings: "openai" on the worker's endpoint and key, "fake"; all
+    with the same stream limits (by default from the KEEL_* environment)."""
 
     def __init__(
-        self, openai_base_url: str = DEFAULT_OPENAI_URL, openai_api_key: str | None = None
+        self,
+        openai_base_url: str = DEFAULT_OPENAI_URL,
+        openai_api_key: str | None = None,
+        limits: StreamLimits | None = None,
     ) -> None:
-        self._openai = OpenAIProvider(openai_base_url, openai_api_key, "unset")
+        self._limits = limits or StreamLimits.from_environment()
+        self._openai = OpenAIProvider(openai_base_url, openai_api_key, "unset", limits=self._limits)
         self._made: dict[tuple[str, str], Provider] = {}
 
     def __call__(self, settings: ModelSettings) -> Provider:
@@ -100,7 +106,7 @@ class ModelProviders:
             if settings.provider == "openai":
                 made = self._openai.with_model(settings.model)
             elif settings.provider == "fake":
-                made = FakeProvider(settings.model)
+                made = FakeProvider(settings.model, self._limits)
             else:
                 raise SettingsRefused(
                     f"model provider {settings.provider!r} is not supported (openai, fake)"

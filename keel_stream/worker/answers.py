@@ -11,9 +11,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from keel_stream.kernel import StopReason
 from keel_stream.store.protocol import Claim
 from keel_stream.worker.agent_settings import TurnModel
+from keel_stream.worker.output_bounds import TEXT_MAX_BYTES, bounded_text
 from keel_stream.worker.partials import PartialsPublisher
 from keel_stream.worker.providers.base import (
     Finish,
@@ -35,17 +38,33 @@ class Answer:
     cancelled: bool
 
 
+def _uncommittable(arguments: Mapping[str, Any]) -> str | None:
+    """Why object arguments cannot be committed as they are (None: they can). JSON keeps no NaN
+    or infinity (orjson would write null), and one call may not fill an event."""
+    encoded = orjson.dumps(arguments, option=orjson.OPT_NON_STR_KEYS)
+    if len(encoded) > TEXT_MAX_BYTES:
+        return f"arguments of {len(encoded)} bytes (at most {TEXT_MAX_BYTES})"
+    if orjson.loads(encoded) != arguments:
+        return "arguments with a number JSON cannot hold (NaN or infinity)"
+    return None
+
+
 def _call_block(call: ToolCall, fallback_id: str) -> dict[str, Any]:
+    arguments = call.arguments
     block: dict[str, Any] = {
         "type": "toolCall",
         "id": call.id or fallback_id,
         "name": call.name or "unknown",
-        "arguments": dict(call.arguments) if isinstance(call.arguments, Mapping) else {},
+        "arguments": {},
     }
     if call.invalid_arguments is not None:
-        block["invalidArguments"] = call.invalid_arguments
-    elif not isinstance(call.arguments, Mapping):
-        block["invalidArguments"] = repr(call.arguments)
+        block["invalidArguments"] = bounded_text(call.invalid_arguments)
+    elif not isinstance(arguments, Mapping):
+        block["invalidArguments"] = bounded_text(repr(arguments))
+    elif (problem := _uncommittable(arguments)) is not None:
+        block["invalidArguments"] = problem
+    else:
+        block["arguments"] = dict(arguments)
     return block
 
 
@@ -95,7 +114,7 @@ async def ask_model(
     cancelled = signals.cancel.is_set()
     content: list[dict[str, Any]] = []
     if text:
-        content.append({"type": "text", "text": "".join(text)})
+        content.append({"type": "text", "text": bounded_text("".join(text))})
     if not cancelled:
         content += [_call_block(c, f"call-{generation_id}-{i}") for i, c in enumerate(calls)]
     return Answer(generation_id, content, finish, cancelled)

@@ -3,11 +3,13 @@
 A connection starts when first needed (stdio: the provider process with only the minimal
 environment plus what it declares, and its budget; http: its URL with the declared headers),
 lists the tools (the initialize result's, else ``tools.list``) and is kept for reuse; every
-request has the declared ``timeoutMs`` (default 30 s). A connection that died, or could not be
-made, is tried again on a later use once a backoff has passed. A provider that cannot start,
-refuses the handshake or times out only loses its tools for that turn (with a warning):
-nothing here raises for a provider's failure. ``ToolProviders.aclose`` closes them all (for
-stdio, the process-group reclaim); a closed connection never connects again.
+request has the declared ``timeoutMs`` (default 30 s), except that ``tools.call`` waits as long
+as its caller says (the toolbox: ``timeoutMs`` when declared, else KEEL_TOOL_TIMEOUT_S). A
+connection that died, or could not be made, is tried again on a later use once a backoff has
+passed. A provider that cannot start, refuses the handshake or times out only loses its tools
+for that turn (with a warning): nothing here raises for a provider's failure.
+``ToolProviders.aclose`` closes them all (for stdio, the process-group reclaim); a closed
+connection never connects again.
 """
 
 from __future__ import annotations
@@ -20,14 +22,15 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import orjson
+from pydantic import ValidationError
 
 from keel_stream.backoff import Backoff
 from keel_stream.gateway.client import GatewayClient
 from keel_stream.gateway.config import ToolSpec
 from keel_stream.gateway.config_errors import InvalidConfig
 from keel_stream.gateway.connection import build_transport
-from keel_stream.gateway.errors import GatewayError
-from keel_stream.gateway.protocol import ProviderKind
+from keel_stream.gateway.errors import BackendTimeout, GatewayError, ProtocolError
+from keel_stream.gateway.protocol import Method, ProviderKind, ToolCallParams, ToolCallResult
 from keel_stream.gateway.protocol import ToolSpec as ProvidedTool
 from keel_stream.gateway.transport import Transport
 from keel_stream.logs import get_logger
@@ -86,8 +89,13 @@ class ProviderConnection:
         self._log = get_logger("worker").bind(tenant=tenant, tool_provider=name)
 
     @property
+    def declared_timeout_s(self) -> float | None:
+        """The declaration's ``timeoutMs``, in seconds; None when it declares none."""
+        return self.spec.timeout_ms / 1000 if self.spec.timeout_ms else None
+
+    @property
     def timeout_s(self) -> float:
-        return self.spec.timeout_ms / 1000 if self.spec.timeout_ms else DEFAULT_TIMEOUT_S
+        return self.declared_timeout_s or DEFAULT_TIMEOUT_S
 
     @property
     def connected(self) -> bool:
@@ -139,13 +147,29 @@ class ProviderConnection:
             self._log.info("tool provider connected", tools=[t.name for t in self.tools])
             return True
 
-    async def call(self, tool: str, arguments: Mapping[str, Any]) -> tuple[str, bool]:
-        """Call a tool; (text, is_error). Every failure is an error result, never a raise."""
+    async def call(
+        self, tool: str, arguments: Mapping[str, Any], timeout_s: float | None = None
+    ) -> tuple[str, bool]:
+        """Call a tool within ``timeout_s`` (None: the connection's timeout), connecting first
+        if need be; (text, is_error). Every failure is an error result, never a raise."""
+        timeout_s = timeout_s or self.timeout_s
+        try:
+            # One bound for connecting, sending and the answer (the request has it too).
+            async with asyncio.timeout(timeout_s):
+                return await self._call(tool, arguments, timeout_s)
+        except TimeoutError:
+            pass
+        return f"tool {tool!r} of provider {self.name!r} timed out after {timeout_s:g} s", True
+
+    async def _call(
+        self, tool: str, arguments: Mapping[str, Any], timeout_s: float
+    ) -> tuple[str, bool]:
         if not await self.ensure() or self._client is None:
             return f"tool provider {self.name!r} is unavailable; try again later", True
-        client = self._client
         try:
-            result = await client.call_tool(tool, dict(arguments))
+            result = await _call_tool(self._client, tool, arguments, timeout_s)
+        except BackendTimeout:
+            raise TimeoutError from None
         except Exception as exc:  # noqa: BLE001 - an error result, never a raise
             return f"tool {tool!r} of provider {self.name!r} failed: {_describe(exc)}", True
         self._backoff.reset()
@@ -165,6 +189,18 @@ class ProviderConnection:
         self._closed = True
         async with self._lock:
             await self._drop()
+
+
+async def _call_tool(
+    client: GatewayClient, tool: str, arguments: Mapping[str, Any], timeout_s: float
+) -> ToolCallResult:
+    """``tools.call`` with its own timeout (GatewayClient.call_tool has the connection's)."""
+    params = ToolCallParams(name=tool, arguments=dict(arguments))
+    raw = await client.request(Method.TOOLS_CALL, params, timeout_s)
+    try:
+        return ToolCallResult.model_validate(raw)
+    except ValidationError as exc:
+        raise ProtocolError(f"invalid {Method.TOOLS_CALL} result: {exc}") from exc
 
 
 def _describe(exc: Exception) -> str:

@@ -1,5 +1,10 @@
 """Built-in tools. Tool side effects are at least once: a takeover may run a call again, while
-the ledger keeps exactly one tool.result per toolCallId."""
+the ledger keeps exactly one tool.result per toolCallId.
+
+A call's arguments are checked against the tool's schema before it runs (bounds included: the
+tool is not run with NaN, a negative or an oversized wait); every call is bounded in time
+(``within``). A tool's blocking work runs in a thread, off the event loop (note's file write).
+"""
 
 from __future__ import annotations
 
@@ -7,13 +12,17 @@ import asyncio
 import json
 import os
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 from keel_stream.worker.providers.base import ToolSpec
+from keel_stream.worker.tool_arguments import ArgumentsCheck
 
-__all__ = ["TOOLS", "Tool", "ToolFailed", "run_tool"]
+__all__ = ["SLEEP_MAX_S", "TOOLS", "Tool", "ToolFailed", "run_tool", "within"]
+
+SLEEP_MAX_S: Final = 300
+NOTE_PAUSE_MAX_MS: Final = 60_000
 
 
 class ToolFailed(Exception):
@@ -24,6 +33,10 @@ class ToolFailed(Exception):
 class Tool:
     spec: ToolSpec
     run: Callable[[Mapping[str, Any]], Awaitable[str]]
+    check: ArgumentsCheck = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "check", ArgumentsCheck(self.spec.parameters))
 
 
 async def _echo(arguments: Mapping[str, Any]) -> str:
@@ -47,7 +60,7 @@ def _append(path: Path, text: str) -> None:
 
 
 async def _sleep(arguments: Mapping[str, Any]) -> str:
-    seconds = min(float(arguments.get("seconds", 1)), 300.0)
+    seconds = min(max(float(arguments.get("seconds", 1)), 0.0), SLEEP_MAX_S)
     await asyncio.sleep(seconds)
     return f"slept {seconds}s"
 
@@ -65,7 +78,10 @@ TOOLS: Final = {
                 "Appends a line of text to the notes file.",
                 {
                     "type": "object",
-                    "properties": {"text": {"type": "string"}, "sleep_ms": {"type": "integer"}},
+                    "properties": {
+                        "text": {"type": "string"},
+                        "sleep_ms": {"type": "integer", "minimum": 0, "maximum": NOTE_PAUSE_MAX_MS},
+                    },
                     "required": ["text"],
                 },
             ),
@@ -75,7 +91,12 @@ TOOLS: Final = {
             ToolSpec(
                 "sleep",
                 "Waits for a number of seconds (at most 300).",
-                {"type": "object", "properties": {"seconds": {"type": "number"}}},
+                {
+                    "type": "object",
+                    "properties": {
+                        "seconds": {"type": "number", "minimum": 0, "maximum": SLEEP_MAX_S}
+                    },
+                },
             ),
             _sleep,
         ),
@@ -84,16 +105,33 @@ TOOLS: Final = {
 
 
 async def run_tool(name: str, arguments: Any) -> tuple[str, bool]:
-    """Run a tool; (text, is_error). An unknown tool, bad arguments or any failure of the tool
-    is an error result the model can see, never a crash of the attempt."""
+    """Run a built-in tool; (text, is_error). An unknown tool, arguments its schema refuses or
+    any failure of the tool is an error result the model can see, never a crash of the attempt.
+    Unbounded in time: callers bound it with ``within``."""
     tool = TOOLS.get(name)
     if tool is None:
         return f"unknown tool {name!r}", True
-    if not isinstance(arguments, Mapping):
-        return "tool arguments must be a JSON object", True
+    problem = tool.check.problem(name, arguments)
+    if problem is not None:
+        return problem, True
     try:
         return await tool.run(arguments), False
     except ToolFailed as exc:
         return str(exc), True
     except Exception as exc:  # noqa: BLE001 - a tool's own failure is its result
         return f"{name} failed: {exc.__class__.__name__}: {exc}", True
+
+
+async def within(
+    name: str, call: Awaitable[tuple[str, bool]], timeout_s: float
+) -> tuple[str, bool]:
+    """A call's result, or an error result once it took ``timeout_s`` (the call is cancelled:
+    a tool's thread, if any, finishes on its own, the event loop does not wait for it)."""
+    bound = asyncio.timeout(timeout_s)
+    try:
+        async with bound:
+            return await call
+    except TimeoutError:
+        if not bound.expired():
+            raise
+        return f"tool {name!r} timed out after {timeout_s:g} s", True

@@ -193,8 +193,10 @@ async def test_a_provider_tool_error_is_an_error_result(
     result = events[2].payload
     assert result["isError"] is True
     (block,) = result["content"]
-    assert block["text"].startswith("tool 'add' of provider 'docs' failed: protocol_error")
-    assert "-32602" in block["text"]
+    assert block["text"] == (
+        "invalid arguments for tool 'docs__add' (it was not run): "
+        "arguments.a: 'one' is not of type 'number'"
+    )
     assert server.requests[1]["messages"][-1]["content"] == block["text"]
     assert events[4].payload["status"] == "done"
 

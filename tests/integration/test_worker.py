@@ -351,7 +351,7 @@ async def test_a_failing_tool_is_an_error_result_not_a_stuck_run(
     events = await log_of(ledger, "s1")
     (result,) = [e for e in events if e.kind == "tool.result"]
     assert result.payload["isError"] is True
-    assert "ValueError" in result.payload["content"][0]["text"]
+    assert "'soon' is not of type 'number'" in result.payload["content"][0]["text"]
     assert_each_input_answered_once(events)
 
 

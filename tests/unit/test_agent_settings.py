@@ -252,10 +252,17 @@ async def test_provider_errors_become_error_results() -> None:
     toolbox = Toolbox(ToolProviders({}, made).for_tenant("acme", {"docs": STDIO}))
     await toolbox.specs()
     assert await toolbox.run("docs__upper", {"text": "x"}) == ('{"reason":"quota"}', True)
-    text, is_error = await toolbox.run("docs__add", {"a": 1})  # the sidecar still answers add
+    text, is_error = await toolbox.run("docs__add", {"a": 1, "b": 2})  # the sidecar answers
     assert (text, is_error) == ("null", False)  # the scripted {} result: no content
     made.answers.pop("add")
     text, is_error = await toolbox.run("docs__add", {"a": "one", "b": 2})
+    assert (text, is_error) == (
+        "invalid arguments for tool 'docs__add' (it was not run): "
+        "arguments.a: 'one' is not of type 'number'",
+        True,
+    ), "arguments that break the tool's schema never reach the provider"
+    connection = ProviderConnection("acme", "docs", STDIO, {}, Clock(), made)
+    text, is_error = await connection.call("add", {"a": "one", "b": 2})
     assert is_error
     assert text.startswith("tool 'add' of provider 'docs' failed: protocol_error, code -32602")
     assert await toolbox.run("docs__add", [1, 2]) == ("tool arguments must be a JSON object", True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -15,7 +17,29 @@ __all__ = [
     "TextDelta",
     "ToolCall",
     "ToolSpec",
+    "json_object",
 ]
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is beyond the range of a number")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def json_object(raw: str) -> dict[str, Any] | None:
+    """``raw`` as a JSON object, strictly: NaN, Infinity and numbers beyond a float's range
+    are not JSON (Python's json reads them; the ledger refuses them). None when it is not one."""
+    try:
+        value = json.loads(raw, parse_float=_finite, parse_constant=_no_constant)
+    except ValueError:  # JSONDecodeError is one
+        return None
+    return value if isinstance(value, dict) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,8 +79,8 @@ class ToolCall:
     name: str
     arguments: Mapping[str, Any] = field(default_factory=dict)
     invalid_arguments: str | None = None
-    """The raw arguments text when it was not a JSON object; the loop answers the call with an
-    isError result."""
+    """The raw arguments text when it was not a JSON object (``json_object``); the loop answers
+    the call with an isError result."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from keel_stream.worker.providers.base import Finish, ProviderRequest, ToolCall, ToolSpec
+from keel_stream.worker.providers.base import (
+    Finish,
+    ProviderRequest,
+    ToolCall,
+    ToolSpec,
+    json_object,
+)
 
 __all__ = [
     "ChatStream",
@@ -126,11 +132,8 @@ def _tool_call(call: Mapping[str, str]) -> ToolCall:
     raw = call["arguments"]
     if not raw.strip():
         return ToolCall(call["id"], call["name"], {})
-    try:
-        arguments = json.loads(raw)
-    except ValueError:
-        arguments = None
-    if not isinstance(arguments, dict):
+    arguments = json_object(raw)
+    if arguments is None:
         return ToolCall(call["id"], call["name"], {}, invalid_arguments=raw)
     return ToolCall(call["id"], call["name"], arguments)
 

@@ -3,10 +3,15 @@
 By default it answers `echo: <the latest user text>`, one word per delta. Directives in the
 latest user message script it:
 
-- `[[tool:NAME {json args}]]`: first ask for the tool, answer after its result arrives;
+- `[[tool:NAME {json args}]]`: first ask for the tool, answer after its result arrives
+  (arguments that are not a JSON object, NaN included, are kept as `invalidArguments`);
 - `[[fail:N]]`: fail (stopReason error) on the first N attempts of the run;
 - `[[fail-after-tool]]`: fail on the request that follows a tool result;
 - `[[slow:MS]]`: wait MS milliseconds before each delta (a slow token stream).
+
+Its stream has the limits of every provider (KEEL_PROVIDER_STALL_TIMEOUT_S,
+KEEL_PROVIDER_REQUEST_TIMEOUT_S): a `slow` pause longer than the stall bound ends the answer
+with a (retriable) error.
 
 Its summary (compaction) is `summary of N messages: ` and the start of each user/assistant text.
 """
@@ -14,18 +19,20 @@ Its summary (compaction) is `summary of N messages: ` and the start of each user
 from __future__ import annotations
 
 import asyncio
-import json
 import re
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from typing import Any, Final
 
+from keel_stream.worker.limits import StreamLimits
 from keel_stream.worker.providers.base import (
     Finish,
     ProviderEvent,
     ProviderRequest,
     TextDelta,
     ToolCall,
+    json_object,
 )
+from keel_stream.worker.providers.bounds import bounded
 
 __all__ = ["FakeProvider"]
 
@@ -64,10 +71,14 @@ def _result_text(messages: Sequence[Mapping[str, Any]]) -> str:
 class FakeProvider:
     name = "fake"
 
-    def __init__(self, model: str = "fake") -> None:
+    def __init__(self, model: str = "fake", limits: StreamLimits | None = None) -> None:
         self.model = model
+        self._limits = limits or StreamLimits.from_environment()
 
-    async def stream(self, request: ProviderRequest) -> AsyncIterator[ProviderEvent]:
+    def stream(self, request: ProviderRequest) -> AsyncIterator[ProviderEvent]:
+        return bounded(self._script(request), self._limits, "fake provider")
+
+    async def _script(self, request: ProviderRequest) -> AsyncGenerator[ProviderEvent, None]:
         text, after_tool = _latest_user(request.messages)
         directives = {m[1]: (m[2] or "") for m in _DIRECTIVE.finditer(text)}
         plain = _DIRECTIVE.sub("", text).strip()
@@ -79,8 +90,12 @@ class FakeProvider:
             return
         if "tool" in directives and not after_tool:
             name, _, raw = directives["tool"].strip().partition(" ")
-            arguments = json.loads(raw) if raw.strip() else {}
-            yield ToolCall(f"call-{request.generation_id}", name, arguments)
+            arguments = json_object(raw) if raw.strip() else {}
+            call_id = f"call-{request.generation_id}"
+            if arguments is None:  # e.g. NaN: the call is answered with an error result
+                yield ToolCall(call_id, name, {}, invalid_arguments=raw)
+            else:
+                yield ToolCall(call_id, name, arguments)
             yield Finish("tool_use", {**usage, "output": 1})
             return
         reply = f"done: {_result_text(request.messages)}" if after_tool else f"echo: {plain}"

@@ -3,6 +3,9 @@
 A request that fails before any text reached the caller is retried (HTTP 408/409/429/5xx,
 transport errors, a stream cut before its finish_reason) with backoff; once text was streamed a
 failure ends the answer. Other 4xx are permanent: no retry, `Finish.permanent`.
+
+A stream that sends no event for the stall bound is cut (a retriable failure, like a cut
+stream); a request, its retries included, ends after the total bound (keel_stream.worker.limits).
 """
 
 from __future__ import annotations
@@ -10,12 +13,13 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
-from contextlib import aclosing
+from contextlib import AsyncExitStack, aclosing
 from typing import Any, Final
 
 import httpx
 from httpx_sse import aconnect_sse
 
+from keel_stream.worker.limits import StreamLimits
 from keel_stream.worker.providers.base import (
     Finish,
     ProviderEvent,
@@ -23,6 +27,7 @@ from keel_stream.worker.providers.base import (
     ProviderRequest,
     TextDelta,
 )
+from keel_stream.worker.providers.bounds import Deadline, Stalled, StreamTimeout
 from keel_stream.worker.providers.chat_wire import (
     ChatStream,
     WireError,
@@ -40,6 +45,7 @@ from keel_stream.worker.providers.retry import (
 
 __all__ = ["OpenAIProvider", "RetryPolicy", "to_chat_messages"]
 
+_CONNECT_S: Final = 60.0
 _SUMMARY_INSTRUCTION: Final = (
     "Summarize the conversation above for your own later use: the user's goals, the facts, "
     "decisions and tool results that still matter, and what is left to do. Be concise."
@@ -56,14 +62,19 @@ class OpenAIProvider:
         base_url: str,
         api_key: str | None,
         model: str,
-        timeout_s: float = 60,
+        timeout_s: float | None = None,
         retry: RetryPolicy | None = None,
+        limits: StreamLimits | None = None,
     ) -> None:
         self.model = model
         self._url = f"{base_url.rstrip('/')}/chat/completions"
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._timeout = timeout_s
         self._retry = retry or RetryPolicy()
+        self._limits = limits or StreamLimits.from_environment()
+        # httpx's own timeouts: connect, write, and each read (a silence even between bytes).
+        self._timeout = httpx.Timeout(
+            timeout_s or _CONNECT_S, read=timeout_s or self._limits.stall_s
+        )
 
     def with_model(self, model: str) -> OpenAIProvider:
         """The same endpoint, credentials and retry policy, another model."""
@@ -76,13 +87,14 @@ class OpenAIProvider:
 
     async def stream(self, request: ProviderRequest) -> AsyncIterator[ProviderEvent]:
         body = chat_body(self.model, request)
+        deadline = Deadline(self._limits)
         attempt = 0
         async with self._client() as client:
             while True:
                 attempt += 1
                 failure: Failure | None = None
                 streamed = False
-                async with aclosing(self._stream_once(client, body)) as items:
+                async with aclosing(self._stream_once(client, body, deadline)) as items:
                     async for item in items:
                         if isinstance(item, Failure):
                             failure = item
@@ -94,29 +106,39 @@ class OpenAIProvider:
                 if streamed:
                     # The caller already has part of an answer: a retry would repeat it.
                     failure = dataclasses.replace(failure, retriable=False)
-                if not await retry_pause(self._retry, failure, attempt):
+                if not await retry_pause(self._retry, failure, attempt, deadline.remaining()):
                     error = self._retry.final_error(failure, attempt)
                     yield Finish("error", error=error, permanent=failure.permanent)
                     return
 
     async def _stream_once(
-        self, client: httpx.AsyncClient, body: Mapping[str, Any]
+        self, client: httpx.AsyncClient, body: Mapping[str, Any], deadline: Deadline
     ) -> AsyncGenerator[ProviderEvent | Failure, None]:
-        """One request: its events, and a Failure last if it failed."""
+        """One request: its events, and a Failure last if it failed. Every wait (the response,
+        each event) is bounded by the deadline."""
         chat = ChatStream()
         try:
-            async with aconnect_sse(client, "POST", self._url, json=body) as source:
+            async with AsyncExitStack() as stack:
+                connect = aconnect_sse(client, "POST", self._url, json=body)
+                source = await deadline.wait(stack.enter_async_context(connect))
                 if not source.response.is_success:
-                    yield await http_failure(source.response)
+                    yield await deadline.wait(http_failure(source.response))
                     return
-                async for sse in source.aiter_sse():
+                events = await stack.enter_async_context(aclosing(source.aiter_sse()))
+                while not chat.done:
+                    try:
+                        sse = await deadline.wait(anext(events))
+                    except StopAsyncIteration:
+                        break
                     for text in chat.feed(sse.data):
                         yield TextDelta(text)
-                    if chat.done:
-                        break
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             if not chat.complete:  # a connection lost after the finish_reason lost nothing
                 yield send_failure(exc)
+                return
+        except StreamTimeout as exc:
+            if not chat.complete:  # a stall after the finish_reason lost nothing either
+                yield Failure(str(exc), retriable=isinstance(exc, Stalled))
                 return
         except WireError as exc:
             yield Failure(str(exc))
@@ -137,25 +159,29 @@ class OpenAIProvider:
             ],
             "stream": False,
         }
+        deadline = Deadline(self._limits)
         attempt = 0
         async with self._client() as client:
             while True:
                 attempt += 1
-                result = await self._complete_once(client, body)
+                result = await self._complete_once(client, body, deadline)
                 if isinstance(result, str):
                     return result
-                if not await retry_pause(self._retry, result, attempt):
+                if not await retry_pause(self._retry, result, attempt, deadline.remaining()):
                     error = self._retry.final_error(result, attempt)
                     raise ProviderFailed(f"summarize: {error}", permanent=result.permanent)
 
     async def _complete_once(
-        self, client: httpx.AsyncClient, body: Mapping[str, Any]
+        self, client: httpx.AsyncClient, body: Mapping[str, Any], deadline: Deadline
     ) -> str | Failure:
-        """One non-streamed request: the answer text, or why there is none."""
+        """One non-streamed request: the answer text, or why there is none. Not streamed, it
+        has only the total bound (httpx's read timeout bounds each silence)."""
         try:
-            response = await client.post(self._url, json=body)
+            response = await deadline.wait(client.post(self._url, json=body), stall=False)
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             return send_failure(exc)
+        except StreamTimeout as exc:
+            return Failure(str(exc))
         if not response.is_success:
             return await http_failure(response)
         try:

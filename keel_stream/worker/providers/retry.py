@@ -77,10 +77,15 @@ class RetryPolicy:
         return f"{failure.error} (gave up after {attempt} attempts)"
 
 
-async def retry_pause(policy: RetryPolicy, failure: Failure, attempt: int) -> bool:
-    """Wait out the pause before the next request (True), or give up (False). Logs once."""
+async def retry_pause(
+    policy: RetryPolicy, failure: Failure, attempt: int, budget_s: float = math.inf
+) -> bool:
+    """Wait out the pause before the next request (True), or give up (False): also when the
+    pause would use up the ``budget_s`` left for the request. Logs once."""
     log = get_logger("provider")  # looked up per use: tests capture logs by reconfiguring
     wait = policy.wait_s(failure, attempt)
+    if wait is not None and wait >= budget_s:
+        wait = None
     if wait is None:
         log.warning(
             "provider request failed",
