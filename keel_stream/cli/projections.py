@@ -1,4 +1,4 @@
-"""`keel-stream projections run|rebuild|prune|status`: the read models."""
+"""`keel-stream projections run|rebuild|prune|status|parked|unpark`: the read models."""
 
 from __future__ import annotations
 
@@ -14,12 +14,16 @@ from keel_stream.cli.options import (
     PROJECTIONS,
     Bootstrap,
     DatabaseUrl,
+    MetricsHost,
+    MetricsPort,
     load_settings,
     require_bootstrap,
     require_database,
 )
 from keel_stream.cli.output import print_table
+from keel_stream.cli.preflight import ensure_port_free
 from keel_stream.kafka.errors import kafka_translated
+from keel_stream.metrics import METRICS_PORT_HINT
 from keel_stream.store import pooled
 from keel_stream.store.admin import prune as prune_retired
 from keel_stream.store.projection_state import PostgresProjectionStore
@@ -36,11 +40,23 @@ app = typer.Typer(no_args_is_help=True, help="The read models (Faust projections
 
 
 @app.command("run")
-def run(database_url: DatabaseUrl = None, bootstrap: Bootstrap = None) -> None:
+def run(
+    database_url: DatabaseUrl = None,
+    bootstrap: Bootstrap = None,
+    metrics_port: MetricsPort = None,
+    metrics_host: MetricsHost = None,
+) -> None:
     """Run the Faust worker that keeps the read models live (until SIGTERM)."""
     from keel_stream.projector.host import HostConfig, run_worker
 
-    settings = load_settings(database_url=database_url, kafka_bootstrap=bootstrap)
+    settings = load_settings(
+        database_url=database_url,
+        kafka_bootstrap=bootstrap,
+        metrics_port=metrics_port,
+        metrics_host=metrics_host,
+    )
+    if settings.metrics_port is not None:
+        ensure_port_free(settings.metrics_host, settings.metrics_port, hint=METRICS_PORT_HINT)
     run_worker(
         HostConfig(
             database_url=require_database(settings),
@@ -50,6 +66,8 @@ def run(database_url: DatabaseUrl = None, bootstrap: Bootstrap = None) -> None:
             batch_size=settings.projector_batch_size,
             reconcile_every_s=settings.projector_reconcile_every_s,
             reconcile_idle_s=settings.projector_reconcile_idle_s,
+            metrics_host=settings.metrics_host,
+            metrics_port=settings.metrics_port,
         )
     )
 
@@ -152,7 +170,7 @@ def status(database_url: DatabaseUrl = None, bootstrap: Bootstrap = None) -> Non
             store = PostgresProjectionStore(pool)
             rows = await projection_status(store, settings.kafka_bootstrap, settings.topic_prefix)
         print_table(
-            ["projection", "gen", "status", "sessions", "behind", "lag", "offsets"],
+            ["projection", "gen", "status", "sessions", "behind", "parked", "lag", "offsets"],
             (
                 [
                     r.projection,
@@ -160,12 +178,72 @@ def status(database_url: DatabaseUrl = None, bootstrap: Bootstrap = None) -> Non
                     r.status,
                     r.sessions,
                     r.sessions_behind_ledger,
+                    r.parked,
                     "?" if r.lag is None else r.lag,
                     " ".join(f"{p}:{o}" for p, o in sorted(r.offsets.items())),
                 ]
                 for r in rows
             ),
-            numeric=["gen", "sessions", "behind", "lag"],
+            numeric=["gen", "sessions", "behind", "parked", "lag"],
         )
 
     asyncio.run(work())
+
+
+OnlyProjection = Annotated[
+    str | None,
+    typer.Argument(
+        metavar=PROJECTIONS.metavar, callback=PROJECTIONS.one, help="Only this read model."
+    ),
+]
+
+
+@app.command("parked")
+def parked(name: OnlyProjection = None, database_url: DatabaseUrl = None) -> None:
+    """Sessions a projection could not apply: where each stopped, why, and its tries."""
+    from keel_stream.projector.status import parked_sessions
+
+    dsn = require_database(load_settings(database_url=database_url))
+
+    async def work() -> None:
+        async with pooled(dsn, max_size=1) as pool:
+            rows = await parked_sessions(PostgresProjectionStore(pool), name)
+        print_table(
+            ["projection", "gen", "tenant", "session", "seq", "tries", "due", "error"],
+            (
+                [
+                    r.projection,
+                    r.generation,
+                    r.tenant,
+                    r.session,
+                    r.seq,
+                    r.attempts,
+                    "yes" if r.due else "no",
+                    r.error,
+                ]
+                for r in rows
+            ),
+            numeric=["gen", "seq", "tries"],
+        )
+
+    asyncio.run(work())
+
+
+@app.command("unpark")
+def unpark(
+    name: OnlyProjection = None,
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant's sessions.")] = None,
+    session: Annotated[str | None, typer.Option(help="Only this session.")] = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Try parked sessions again now: the projector applies them from the ledger on its next
+    reconcile tick (and parks them again if they still fail)."""
+    from keel_stream.projector.status import unpark as unpark_sessions
+
+    dsn = require_database(load_settings(database_url=database_url))
+
+    async def work() -> int:
+        async with pooled(dsn, max_size=1) as pool:
+            return await unpark_sessions(PostgresProjectionStore(pool), name, tenant, session)
+
+    typer.echo(f"unparked {asyncio.run(work())} sessions")

@@ -27,6 +27,7 @@ from keel_stream.errors import (
     PayloadRule,
 )
 from keel_stream.kernel.canonical import payload_digest
+from keel_stream.kernel.limits import MAX_EVENT_BYTES, check_event_size
 from keel_stream.kernel.types import CommitRequest, LeaseToken, Submission
 from keel_stream.kernel.validation import validate_payload
 from keel_stream.kernel.vocabulary import EDGE_KINDS, CommitClass, Kind, KindSpec, spec_for
@@ -112,13 +113,16 @@ def _resolve_key(spec: KindSpec, payload: dict[str, Any], request_key: str | Non
         if spec.kind is Kind.TOOL_RESULT:
             raise KeyRequired("tool.result must carry its toolCallId")
         return None
-    if not isinstance(key, str) or not 0 < len(key) <= _MAX_KEY_LENGTH:
-        raise InvalidIdentifier(f"{field} must be a string of 1-{_MAX_KEY_LENGTH} characters")
+    if not isinstance(key, str) or not 0 < len(key) <= _MAX_KEY_LENGTH or "\x00" in key:
+        raise InvalidIdentifier(
+            f"{field} must be a string of 1-{_MAX_KEY_LENGTH} characters, without NUL"
+        )
     return key
 
 
-def prepare(request: CommitRequest) -> PreparedCommit:
-    """Validate a request against the vocabulary, fences, keys and payload rules."""
+def prepare(request: CommitRequest, *, max_event_bytes: int = MAX_EVENT_BYTES) -> PreparedCommit:
+    """Validate a request against the vocabulary, fences, keys, payload rules and size (the
+    serialized payload at most `max_event_bytes`, else PayloadTooLarge)."""
     check_identifier(request.tenant_id, "tenant")
     check_identifier(request.session_id, "session")
     spec = spec_for(request.kind)
@@ -128,6 +132,7 @@ def prepare(request: CommitRequest) -> PreparedCommit:
     key = _resolve_key(spec, payload, request.key)
     if key is not None and spec.key_field is not None:
         payload.setdefault(spec.key_field, key)
+    check_event_size(payload, max_event_bytes)
     return PreparedCommit(
         tenant_id=request.tenant_id,
         session_id=request.session_id,

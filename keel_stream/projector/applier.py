@@ -1,9 +1,19 @@
 """Applying events to the live read models: one PostgreSQL transaction per batch.
 
 For every live projection the batch's sessions are locked, their states folded forward (a seq
-at or below the stored one is a no-op; a gap is filled from the ledger first), and the new
-states are written together with the batch's source offsets. A redelivered batch therefore
-changes nothing, and a processor that restarts resumes from the offsets stored with its state.
+at or below the stored one is a no-op; a gap is filled from the ledger first, and a claim check
+is replaced by its event from the ledger), and the new states are written together with the
+batch's source offsets. A redelivered batch therefore changes nothing, and a processor that
+restarts resumes from the offsets stored with its state.
+
+No record stalls its partition. A session whose fold raises is parked for that projection
+(keel_stream.store.projection_parked): its state stays at the last seq it applied and the rest of
+the batch goes on in the same transaction. A batch that PostgreSQL refuses for what it holds (a
+state it cannot store), or whose states do not serialize, is applied again session by session,
+one transaction per projection and session, and the sessions refused are parked the same way.
+Parked sessions are left out until their entry is due for another try. An SSE frame the broker
+refuses for its size is left out of keel.sse.v1 (readers heal from the ledger by seq). Anything
+else (the database or the broker away, a query that fails for every batch) is raised, as before.
 """
 
 from __future__ import annotations
@@ -11,13 +21,27 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from keel_stream.errors import StoreError
 from keel_stream.kernel.types import Event
-from keel_stream.projections.base import Folded, Projection, fresh
-from keel_stream.projector.events import SourceRecord
+from keel_stream.logs import get_logger
+from keel_stream.projections.base import Folded, Projection
+from keel_stream.projector.events import (
+    DEAD_RECORDS,
+    DROPPED_FRAMES,
+    PARKED,
+    SourceRecord,
+    Undecodable,
+    describe,
+    fold_isolated,
+    frame_refusal,
+    gather,
+    isolable,
+)
+from keel_stream.relay.retry import is_retriable
+from keel_stream.store.projection_parked import ParkedSession, ParkedStore, parked_for
 from keel_stream.store.projection_state import (
     APPLIED,
     Key,
@@ -38,6 +62,8 @@ __all__ = [
 ]
 
 FrameSink = Callable[[Sequence[Event]], Awaitable[None]]
+Slot = tuple[str, int, Key]
+"""(projection, generation, session key)"""
 
 
 class BatchStore(Protocol):
@@ -52,6 +78,8 @@ class BatchResult:
     """Events newly applied, summed over projections."""
     gap_filled: int
     """Events fetched from the ledger to fill gaps, summed over projections."""
+    parked: int = 0
+    """Sessions parked by this batch, summed over projections."""
 
 
 def live_generation(live: Mapping[str, int], projection: str) -> int:
@@ -67,13 +95,18 @@ async def fold_sessions(
     projection: Projection[Any],
     generation: int,
     events: Mapping[Key, Sequence[Event]],
+    *,
+    skip: Iterable[Key] = (),
+    failures: list[ParkedSession] | None = None,
 ) -> tuple[dict[Key, Folded[Any]], list[Event], int]:
-    """Fold each session's events onto its locked stored state.
+    """Fold each session's events (but those in skip) onto its locked stored state.
 
     Returns the changed states, the events applied (in order, per session) and how many were
-    fetched from the ledger to fill gaps.
+    fetched from the ledger. With `failures`, a session whose fold raises is appended there
+    (its state advanced up to the event before) instead of raising.
     """
-    keys = sorted(events)
+    left_out = set(skip)
+    keys = sorted(k for k in events if k not in left_out)
     locked = await tx.lock_states(projection.name, generation, keys)
     changed: dict[Key, Folded[Any]] = {}
     applied: list[Event] = []
@@ -85,11 +118,20 @@ async def fold_sessions(
             if stored is not None
             else Folded(0, projection.initial())
         )
-        advanced, run, from_ledger = await advance(tx, projection, folded, key, events[key])
-        if run:
-            changed[key] = advanced
-            applied.extend(run)
-            filled += from_ledger
+        run, from_ledger = await gather(tx, folded.last_seq, key, events[key])
+        if not run:
+            continue
+        filled += from_ledger
+        if failures is None:
+            advanced = Folded(run[-1].seq, projection.apply_many(folded.state, run))
+        else:
+            advanced, run, failure = fold_isolated(projection, folded, run)
+            if failure is not None:
+                failures.append(ParkedSession(*key, projection.name, generation, *failure))
+            if not run:
+                continue
+        changed[key] = advanced
+        applied.extend(run)
     return changed, applied, filled
 
 
@@ -100,25 +142,12 @@ async def advance(
     key: Key,
     events: Sequence[Event],
 ) -> tuple[Folded[Any], list[Event], int]:
-    """Fold a session's new events onto its state, filling gaps from the ledger first.
-
-    Returns the new state, the events it applied in seq order, and how many came from the ledger.
-    """
-    run: list[Event] = []
-    filled = 0
-    expected = folded.last_seq + 1
-    for event in sorted(events, key=lambda e: e.seq):
-        if event.seq < expected:
-            continue  # already applied, or a duplicate within the batch
-        if event.seq > expected:
-            missing = await ledger.ledger_range(key[0], key[1], expected - 1, event.seq - 1)
-            run.extend(missing)
-            filled += len(missing)
-        run.append(event)
-        expected = event.seq + 1
+    """Fold a session's new events onto its state, filling gaps (and claim checks) from the
+    ledger first. Returns the new state, the events it applied in seq order, and how many came
+    from the ledger."""
+    run, filled = await gather(ledger, folded.last_seq, key, events)
     if not run:
         return folded, [], 0
-    run = fresh(run, folded.last_seq)
     return Folded(run[-1].seq, projection.apply_many(folded.state, run)), run, filled
 
 
@@ -139,6 +168,24 @@ def group_by_session(events: Iterable[Event]) -> dict[Key, list[Event]]:
     return dict(grouped)
 
 
+@dataclass(slots=True)
+class _Outcome:
+    """What applying a batch came to, before its failures are parked."""
+
+    applied: int = 0
+    filled: int = 0
+    failures: list[ParkedSession] = field(default_factory=list)
+    reached: dict[Slot, int] = field(default_factory=dict)
+    """The last seq each (projection, generation, session) applied up to."""
+
+    def add(
+        self, projection: str, generation: int, changed: Mapping[Key, Folded[Any]], filled: int
+    ) -> None:
+        self.filled += filled
+        for key, folded in changed.items():
+            self.reached[(projection, generation, key)] = folded.last_seq
+
+
 class Applier:
     """Applies batches to every live projection; the sse projection's events go to a sink."""
 
@@ -149,42 +196,199 @@ class Applier:
         topic: str,
         frame_sink: FrameSink | None = None,
         frames_of: str = "sse",
+        parked: ParkedStore | None = None,
     ) -> None:
         self._store = store
         self._projections = projections
         self._topic = topic
         self._frame_sink = frame_sink
         self._frames_of = frames_of
+        self.parked = parked if parked is not None else parked_for(store)
+        self._log = get_logger("projector")
+        self._sink_failure: BaseException | None = None
+        """What the frame sink last raised: a failure of the sink, never one of a session."""
 
-    async def apply(self, records: Sequence[SourceRecord]) -> BatchResult:
-        """Apply records from the source topic and store their offsets, in one transaction."""
+    @property
+    def projections(self) -> Sequence[Projection[Any]]:
+        return self._projections
+
+    async def apply(self, records: Sequence[SourceRecord | Undecodable]) -> BatchResult:
+        """Apply records from the source topic and store their offsets, in one transaction;
+        records that are not events are kept as dead records and passed over."""
         next_offsets: dict[int, int] = {}
         for record in records:
             next_offsets[record.partition] = max(
                 next_offsets.get(record.partition, 0), record.offset + 1
             )
-        return await self.apply_events([r.event for r in records], next_offsets)
+        events: list[Event] = []
+        for record in records:
+            if isinstance(record, SourceRecord):
+                events.append(record.event)
+                continue
+            await self.parked.dead_record(
+                self._topic, record.partition, record.offset, record.error, record.value
+            )
+            DEAD_RECORDS.inc()
+            self._log.warning(
+                "passed over a record that is not an event",
+                partition=record.partition,
+                offset=record.offset,
+                error=record.error,
+            )
+        return await self.apply_events(events, next_offsets)
 
     async def apply_events(
         self, events: Sequence[Event], next_offsets: Mapping[int, int] | None = None
     ) -> BatchResult:
         """Apply events (from the topic, or the ledger) to every live projection, in one
-        transaction with the source offsets they came with."""
+        transaction with the source offsets they came with (see the module's docstring for
+        what happens to what cannot be applied)."""
         grouped = group_by_session(events)
-        applied_total = filled_total = 0
+        parked = await self.parked.among(sorted(grouped))
+        held = {p.slot for p in parked if not p.due}
+        offsets = next_offsets or {}
+        try:
+            outcome = await self._together(grouped, offsets, held)
+        except Exception as exc:
+            if not self._isolable(exc):
+                raise
+            self._log.warning("batch refused; applying it session by session", error=repr(exc))
+            outcome = await self._apart(grouped, offsets, held)
+        await self._settle(parked, outcome)
+        return BatchResult(outcome.applied, outcome.filled, len(outcome.failures))
+
+    async def _together(
+        self, grouped: Mapping[Key, Sequence[Event]], offsets: Mapping[int, int], held: set[Slot]
+    ) -> _Outcome:
+        outcome = _Outcome()
         async with self._store.transaction() as tx:
             live = await tx.live_generations()
             for projection in self._projections:
                 generation = live_generation(live, projection.name)
-                changed, applied, filled = await fold_sessions(tx, projection, generation, grouped)
-                applied_total += len(applied)
-                filled_total += filled
-                if projection.name == self._frames_of and applied and self._frame_sink:
+                skip = [k for p, g, k in held if (p, g) == (projection.name, generation)]
+                changed, applied, filled = await fold_sessions(
+                    tx, projection, generation, grouped, skip=skip, failures=outcome.failures
+                )
+                outcome.add(projection.name, generation, changed, filled)
+                outcome.applied += len(applied)
+                if projection.name == self._frames_of and applied:
                     # Frames go out before the transaction commits: if publishing fails, the
                     # state is not advanced and the batch is applied (and sent) again.
-                    await self._frame_sink(applied)
+                    await self._frames(applied)
                 await write_states(tx, projection, generation, changed)
-                await tx.store_offsets(projection.name, generation, self._topic, next_offsets or {})
-            if applied_total:
+                await tx.store_offsets(projection.name, generation, self._topic, offsets)
+            if outcome.applied:
                 await tx.notify(APPLIED)
-        return BatchResult(applied=applied_total, gap_filled=filled_total)
+        return outcome
+
+    async def _apart(
+        self, grouped: Mapping[Key, Sequence[Event]], offsets: Mapping[int, int], held: set[Slot]
+    ) -> _Outcome:
+        outcome = _Outcome()
+        for projection in self._projections:
+            for key in sorted(grouped):
+                try:
+                    await self._one(projection, key, grouped[key], held, outcome)
+                except Exception as exc:
+                    if not self._isolable(exc):
+                        raise
+                    outcome.failures.append(await self._refused(projection, key, exc))
+        async with self._store.transaction() as tx:
+            live = await tx.live_generations()
+            for projection in self._projections:
+                generation = live_generation(live, projection.name)
+                await tx.store_offsets(projection.name, generation, self._topic, offsets)
+        return outcome
+
+    async def _one(
+        self,
+        projection: Projection[Any],
+        key: Key,
+        events: Sequence[Event],
+        held: set[Slot],
+        outcome: _Outcome,
+    ) -> None:
+        """One session of one projection, in a transaction of its own."""
+        failures: list[ParkedSession] = []
+        async with self._store.transaction() as tx:
+            generation = live_generation(await tx.live_generations(), projection.name)
+            if (projection.name, generation, key) in held:
+                return
+            changed, applied, filled = await fold_sessions(
+                tx, projection, generation, {key: events}, failures=failures
+            )
+            if projection.name == self._frames_of and applied:
+                await self._frames(applied)
+            await write_states(tx, projection, generation, changed)
+            if applied:
+                await tx.notify(APPLIED)
+        outcome.add(projection.name, generation, changed, filled)
+        outcome.applied += len(applied)
+        outcome.failures.extend(failures)
+
+    async def _refused(
+        self, projection: Projection[Any], key: Key, exc: BaseException
+    ) -> ParkedSession:
+        """The parked entry of a session whose state was refused: from its first seq not
+        applied."""
+        async with self._store.transaction() as tx:
+            generation = live_generation(await tx.live_generations(), projection.name)
+            stored = (await tx.lock_states(projection.name, generation, [key])).get(key)
+        seq = (stored.last_seq if stored is not None else 0) + 1
+        return ParkedSession(*key, projection.name, generation, seq, describe(exc))
+
+    async def _frames(self, events: Sequence[Event]) -> None:
+        """Send the events' SSE frames; a frame the broker refuses for what it is (its size) is
+        left out, the others go."""
+        if self._frame_sink is None:
+            return
+        try:
+            await self._frame_sink(events)
+            return
+        except Exception as exc:
+            if is_retriable(exc) or frame_refusal(exc) is None:
+                self._sink_failure = exc
+                raise
+        for event in events:
+            try:
+                await self._frame_sink([event])
+            except Exception as exc:
+                if is_retriable(exc) or frame_refusal(exc) is None:
+                    self._sink_failure = exc
+                    raise
+                DROPPED_FRAMES.inc()
+                self._log.warning(
+                    "an SSE frame was refused; readers read that event from the ledger",
+                    tenant=event.tenant,
+                    session=event.session,
+                    seq=event.seq,
+                    error=repr(exc),
+                )
+
+    def _isolable(self, exc: BaseException) -> bool:
+        return exc is not self._sink_failure and isolable(exc)
+
+    async def _settle(self, parked: Sequence[ParkedSession], outcome: _Outcome) -> None:
+        """Park the sessions that failed; release those parked before that applied now."""
+        failed = {f.slot: f for f in outcome.failures}  # one entry per slot
+        await self.parked.park(list(failed.values()))
+        for failure in failed.values():
+            PARKED.labels(failure.projection).inc()
+            self._log.error(
+                "parked a session that cannot be applied",
+                projection=failure.projection,
+                tenant=failure.tenant,
+                session=failure.session,
+                seq=failure.seq,
+                error=failure.error,
+            )
+        recovered = [
+            p
+            for p in parked
+            if p.due and p.slot not in failed and outcome.reached.get(p.slot, 0) >= p.seq
+        ]
+        await self.parked.release(recovered)
+        for p in recovered:
+            self._log.info(
+                "a parked session applied", projection=p.projection, tenant=p.tenant, seq=p.seq
+            )

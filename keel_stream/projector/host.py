@@ -16,27 +16,33 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import faust
 from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import murmur2
+from faust.exceptions import ConsumerNotStarted
 from faust.transport.drivers.aiokafka import Consumer as AIOKafkaFaustConsumer
 from faust.transport.drivers.aiokafka import Transport as AIOKafkaTransport
 from mode.supervisors import CrashingSupervisor
 
+from keel_stream.backoff import Backoff
+from keel_stream.errors import BrokerUnavailable
 from keel_stream.kafka.errors import kafka_translated
 from keel_stream.kafka.records import record_key
 from keel_stream.kernel.types import Event
-from keel_stream.logs import get_logger
+from keel_stream.logs import get_logger, route_stdlib_logging
+from keel_stream.metrics import Component, declare, serve_metrics
 from keel_stream.projections import ALL
 from keel_stream.projections.sse import render_frame
 from keel_stream.projector.applier import Applier, BatchResult
-from keel_stream.projector.events import SourceRecord
+from keel_stream.projector.events import SourceRecord, Undecodable, decode
+from keel_stream.projector.metrics import BATCH_LATENCY, AppliedTally, forget_lag, set_lag
 from keel_stream.projector.reconcile import Sweep, find_behind, heal
 from keel_stream.relay.retry import Retrying, RetryPolicy, retrying
 from keel_stream.store.connect import Pool, create_pool
@@ -45,6 +51,11 @@ from keel_stream.topics.admin import apply_catalog
 from keel_stream.topics.catalog import EVENTS, SSE
 
 __all__ = ["HostConfig", "build_app", "run_worker"]
+
+_LAG_EVERY_S: Final = 1.0
+STARTUP_PATIENCE_S: Final = 60.0
+"""How long the worker waits at start for a broker that does not answer yet."""
+_log = get_logger("projector")
 
 
 @dataclass(frozen=True)
@@ -59,6 +70,9 @@ class HostConfig:
     reconcile_idle_s: float = 2.0
     app_id: str = field(default="")
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int | None = None
+    """Serve Prometheus metrics on metrics_host:metrics_port; None: not served."""
 
     @property
     def group(self) -> str:
@@ -84,6 +98,9 @@ class _Runtime:
         """Partitions that delivered a record since the last assignment."""
         self.reconcile_failures = Retrying(config.retry, self.log)
         self.sweep = Sweep()
+        self.tally = AppliedTally()
+        self.positions: dict[int, int] = {}
+        """Per assigned source partition, the next offset to apply (for the lag)."""
 
     async def store(self) -> ProjectionStore:
         async with self._ready:
@@ -95,14 +112,17 @@ class _Runtime:
     async def applier(self) -> Applier:
         store = await self.store()
         if self._applier is None:
-            self._applier = Applier(store, ALL, self.source, self._publish_frames)
+            self._applier = Applier(store, self.tally.wrap(ALL), self.source, self._publish_frames)
         return self._applier
 
     async def producer(self) -> AIOKafkaProducer:
         async with self._ready:
             if self._producer is None:
                 producer = AIOKafkaProducer(
-                    bootstrap_servers=self.config.bootstrap, acks="all", linger_ms=2
+                    bootstrap_servers=self.config.bootstrap,
+                    acks="all",
+                    linger_ms=2,
+                    max_request_size=SSE.max_message_bytes,
                 )
                 try:
                     await producer.start()
@@ -128,9 +148,28 @@ class _Runtime:
                 )
             await asyncio.gather(*futures)
 
-    async def apply(self, records: Sequence[SourceRecord]) -> BatchResult:
+    async def apply(self, records: Sequence[SourceRecord | Undecodable]) -> BatchResult:
         async with self.lock:
-            return await (await self.applier()).apply(records)
+            began = time.monotonic()
+            with self.tally.batch():
+                result = await (await self.applier()).apply(records)
+            BATCH_LATENCY.observe(time.monotonic() - began)
+        for record in records:
+            self.positions[record.partition] = max(
+                self.positions.get(record.partition, 0), record.offset + 1
+            )
+        return result
+
+    def measure_lag(self, consumer: faust.types.ConsumerT) -> None:
+        """Set the lag of each assigned source partition the consumer knows a high water of."""
+        highwaters: dict[int, int | None] = {}
+        for tp in consumer.assignment():
+            if tp.topic == self.source and tp.partition in self.positions:
+                try:
+                    highwaters[tp.partition] = consumer.highwater(tp)
+                except (AssertionError, ConsumerNotStarted):  # revoked meanwhile, or stopping
+                    continue
+        set_lag(self.source, self.positions, highwaters)
 
     async def stored_offsets(self) -> dict[int, int]:
         """Per partition, the lowest next offset stored by any live projection."""
@@ -167,9 +206,12 @@ def _transport(runtime: _Runtime, app: faust.App) -> AIOKafkaTransport:
             stored = await retrying(
                 runtime.stored_offsets, "read stored offsets", runtime.config.retry, runtime.log
             )
+            assigned = {tp.partition for tp in self.assignment() if tp.topic == runtime.source}
             for tp in self.assignment():
                 if tp.topic == runtime.source:
                     await self.seek(tp, stored.get(tp.partition, 0))
+            forget_lag(runtime.source, set(runtime.positions) - assigned)
+            runtime.positions = {p: stored.get(p, 0) for p in assigned}
             runtime.resumed.clear()
             runtime.log.info("resumed from stored offsets", offsets=stored)
 
@@ -179,9 +221,11 @@ def _transport(runtime: _Runtime, app: faust.App) -> AIOKafkaTransport:
     return StoredOffsetTransport(app.conf.broker_consumer, app)
 
 
-def _records(batch: Sequence[faust.EventT[bytes]]) -> list[SourceRecord]:
+def _records(batch: Sequence[faust.EventT[bytes]]) -> list[SourceRecord | Undecodable]:
+    """The batch's records as events; a record that is not one is kept as an Undecodable (the
+    applier stores it as a dead record and passes over it) instead of crashing the worker."""
     return [
-        SourceRecord(Event.from_record(e.message.value), e.message.partition, e.message.offset)
+        decode(e.message.value, e.message.partition, e.message.offset)
         for e in batch
         if e.message.value is not None
     ]
@@ -229,6 +273,11 @@ def build_app(config: HostConfig) -> faust.App:
             )
             if result.gap_filled:
                 runtime.log.info("gap filled from the ledger", events=result.gap_filled)
+            runtime.measure_lag(app.consumer)
+
+    @app.timer(interval=_LAG_EVERY_S)  # type: ignore[untyped-decorator]
+    async def measure_lag() -> None:
+        runtime.measure_lag(app.consumer)
 
     @app.timer(interval=config.reconcile_every_s)  # type: ignore[untyped-decorator]
     async def heal_tails() -> None:
@@ -259,7 +308,8 @@ async def _reconcile(runtime: _Runtime, assigned: set[int]) -> None:
             owns=runtime.owns(assigned),
         )
         async with runtime.lock:
-            result = await heal(store, applier, behind)
+            with runtime.tally.batch():
+                result = await heal(store, applier, behind)
     except Exception as exc:  # noqa: BLE001 - classified in delay_after, which re-raises
         runtime.reconcile_failures.delay_after(exc, "reconcile")
         return
@@ -268,12 +318,39 @@ async def _reconcile(runtime: _Runtime, assigned: set[int]) -> None:
         runtime.log.info("reconciled", applied=result.applied)
 
 
+async def _apply_topics(config: HostConfig, patience_s: float = STARTUP_PATIENCE_S) -> None:
+    """Apply the topic catalog, waiting (with backoff) for a broker that is not up yet; past
+    `patience_s`, BrokerUnavailable (the CLI prints it as one line)."""
+    loop = asyncio.get_running_loop()
+    deadline, backoff = loop.time() + patience_s, Backoff(0.5, 5.0)
+    while True:
+        try:
+            async with kafka_translated("apply topics"):
+                await apply_catalog(config.bootstrap, config.topic_prefix)
+            return
+        except BrokerUnavailable as exc:
+            if loop.time() >= deadline:
+                raise
+            delay = backoff.next_delay()
+            _log.warning("broker not reachable yet; retrying", error=exc.message, delay_s=delay)
+            await asyncio.sleep(delay)
+
+
 def run_worker(config: HostConfig) -> None:
     """Run the Faust worker in this process until SIGINT/SIGTERM; exits non-zero on a crash."""
-    asyncio.run(apply_catalog(config.bootstrap, config.topic_prefix))
+    asyncio.run(_apply_topics(config))
     logging.getLogger("faust").setLevel(logging.WARNING)
+    # Faust's own logging setup (colored lines on stdout) stays off: its loggers, and the Kafka
+    # client's, write our structured lines on stderr.
+    route_stdlib_logging("aiokafka")
+    declare(Component.PROJECTOR)
+    if config.metrics_port is not None:
+        serve_metrics(config.metrics_host, config.metrics_port)
     app = build_app(config)
-    worker = faust.Worker(app, loglevel="WARNING", quiet=True, redirect_stdouts=False)
+    worker = faust.Worker(
+        app, loglevel="WARNING", quiet=True, redirect_stdouts=False, override_logging=False
+    )
+    worker.spinner = None  # it writes cursor codes to stdout, a terminal or not
     try:
         worker.execute_from_commandline()
     except SystemExit as exc:

@@ -61,6 +61,9 @@ class _Reader:
         self._consumer = AIOKafkaConsumer(
             bootstrap_servers=bootstrap,
             enable_auto_commit=False,
+            # assign() starts a reset of its own; "latest" could win over the seek to the start
+            # on some brokers and skip the topic (the rebuild would then heal from the ledger).
+            auto_offset_reset="earliest",
             fetch_max_wait_ms=100,
             max_partition_fetch_bytes=8 * 1024 * 1024,
         )

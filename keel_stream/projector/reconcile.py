@@ -15,6 +15,10 @@ What one tick reads is bounded, whatever the number of sessions:
 sessions' states and never moves a state backwards, so a finding that went stale in between is
 harmless. A caller can therefore look without holding off the live path and take its lock only
 to heal; `reconcile` does both.
+
+Sessions are healed one by one, each in transactions of its own: one that cannot be applied is
+parked (keel_stream.store.projection_parked) and the others are healed all the same. A parked
+session is not looked for again until its entry is due for another try.
 """
 
 from __future__ import annotations
@@ -24,9 +28,11 @@ from dataclasses import dataclass
 from typing import Any, Final
 from weakref import WeakKeyDictionary
 
-from keel_stream.kernel.types import Event
+from keel_stream.logs import get_logger
 from keel_stream.projections.base import Projection
 from keel_stream.projector.applier import Applier, BatchResult, live_generation
+from keel_stream.projector.events import PARKED, PARKED_SESSIONS, describe, isolable
+from keel_stream.store.projection_parked import ParkedSession, parked_for
 from keel_stream.store.projection_state import Behind, ProjectionStore
 
 __all__ = ["Sweep", "find_behind", "heal", "reconcile"]
@@ -34,6 +40,7 @@ __all__ = ["Sweep", "find_behind", "heal", "reconcile"]
 Key = tuple[str, str]
 _START: Final[Key] = ("", "")
 _SWEEPS: WeakKeyDictionary[Applier, Sweep] = WeakKeyDictionary()
+_LOG: Final = get_logger("projector")
 
 
 @dataclass(slots=True)
@@ -58,8 +65,12 @@ async def find_behind(
     sweep_page: int = 1000,
     owns: Callable[[str, str], bool] = _everyone,
 ) -> dict[Key, int]:
-    """Idle sessions some live projection misses events of, with the lowest seq applied."""
+    """Idle sessions some live projection misses events of, with the lowest seq applied
+    (parked sessions not yet due for another try left out)."""
     live = await store.live_generations()
+    parked = parked_for(store)
+    held = await parked.held()
+    counts = await parked.counts()
     upto = await store.sweep_end(sweep.after, sweep_page) if sweep is not None else None
     behind: dict[Key, int] = {}
     for projection in projections:
@@ -76,9 +87,10 @@ async def find_behind(
                 after=sweep.after,
                 upto=upto,
             )
+        PARKED_SESSIONS.labels(projection.name).set(counts.get((projection.name, generation), 0))
         for b in found:
             key = (b.tenant, b.session)
-            if owns(*key):
+            if owns(*key) and (projection.name, generation, key) not in held:
                 behind[key] = min(behind.get(key, b.applied), b.applied)
     if sweep is not None:
         sweep.after = _START if upto is None else upto
@@ -86,13 +98,41 @@ async def find_behind(
 
 
 async def heal(store: ProjectionStore, applier: Applier, behind: Mapping[Key, int]) -> BatchResult:
-    """Apply, from the ledger, each session's events after the seq found applied."""
-    events: list[Event] = []
-    for (tenant, session), applied in sorted(behind.items()):
-        events.extend(await store.ledger_range(tenant, session, applied))
-    if not events:
-        return BatchResult(applied=0, gap_filled=0)
-    return await applier.apply_events(events)
+    """Apply, from the ledger, each session's events after the seq found applied, session by
+    session. A session whose events cannot even be read and applied (what the applier does not
+    park itself) is parked in every projection; a failure of the platform is raised."""
+    applied = filled = parked = 0
+    for (tenant, session), after in sorted(behind.items()):
+        try:
+            events = await store.ledger_range(tenant, session, after)
+            if not events:
+                continue
+            result = await applier.apply_events(events)
+        except Exception as exc:
+            if not isolable(exc):
+                raise
+            parked += await _park(store, applier, (tenant, session), after + 1, exc)
+            continue
+        applied += result.applied
+        filled += result.gap_filled
+        parked += result.parked
+    return BatchResult(applied=applied, gap_filled=filled, parked=parked)
+
+
+async def _park(
+    store: ProjectionStore, applier: Applier, key: Key, seq: int, exc: BaseException
+) -> int:
+    live = await store.live_generations()
+    entries = [
+        ParkedSession(*key, p.name, live[p.name], seq, describe(exc))
+        for p in applier.projections
+        if p.name in live
+    ]
+    await applier.parked.park(entries)
+    for entry in entries:
+        PARKED.labels(entry.projection).inc()
+    _LOG.error("parked a session reconcile cannot apply", tenant=key[0], session=key[1], seq=seq)
+    return len(entries)
 
 
 async def reconcile(

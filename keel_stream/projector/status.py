@@ -1,15 +1,24 @@
-"""`keel-stream projections status`: generations, offsets and lag of every projection."""
+"""`keel-stream projections status`: generations, offsets, lag and parked sessions of every
+projection; and the parked sessions themselves, to look at and to try again."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
 
+from keel_stream.store.projection_parked import ParkedSession, parked_for
 from keel_stream.store.projection_state import ProjectionStore
 from keel_stream.topics.admin import high_water_marks
 from keel_stream.topics.catalog import EVENTS
 
-__all__ = ["GenerationStatus", "projection_status"]
+__all__ = [
+    "GenerationStatus",
+    "ParkedSession",
+    "dead_records",
+    "parked_sessions",
+    "projection_status",
+    "unpark",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +32,8 @@ class GenerationStatus:
     lag: int | None
     """Records on the source topic past the stored offsets (None if the broker is unknown)."""
     live_at: datetime | None
+    parked: int = 0
+    """Sessions parked: the generation could not apply them (see parked_sessions)."""
 
 
 async def projection_status(
@@ -30,6 +41,7 @@ async def projection_status(
 ) -> list[GenerationStatus]:
     topic = EVENTS.full_name(topic_prefix)
     highs = await high_water_marks(bootstrap, topic) if bootstrap else None
+    parked = await parked_for(store).counts()
     result = []
     for g in await store.generations():
         offsets = await store.offsets(g.projection, g.generation, topic)
@@ -49,6 +61,32 @@ async def projection_status(
                 offsets=offsets,
                 lag=lag,
                 live_at=g.live_at,
+                parked=parked.get((g.projection, g.generation), 0),
             )
         )
     return result
+
+
+async def parked_sessions(
+    store: ProjectionStore, projection: str | None = None, limit: int = 1000
+) -> list[ParkedSession]:
+    """The parked sessions (all, or one projection's), the longest parked first: where each
+    stopped (seq), why (error), how often it was tried and whether another try is due."""
+    return await parked_for(store).listing(projection, limit)
+
+
+async def unpark(
+    store: ProjectionStore,
+    projection: str | None = None,
+    tenant: str | None = None,
+    session: str | None = None,
+) -> int:
+    """Try parked sessions again now (all, or those matching): their entries go, and the
+    projector's reconcile applies them from the ledger on its next tick (parking them again if
+    they still fail). How many entries went."""
+    return await parked_for(store).unpark(projection, tenant, session)
+
+
+async def dead_records(store: ProjectionStore, topic_prefix: str = "") -> int:
+    """Records of the source topic the projector passed over because they are not events."""
+    return await parked_for(store).dead_records(EVENTS.full_name(topic_prefix))

@@ -10,6 +10,7 @@ from prometheus_client import Counter, Gauge, Histogram
 __all__ = [
     "ACTIVE",
     "BACKLOG",
+    "CLAIM_CHECKED",
     "FAILURES",
     "IDEMPOTENT",
     "OLDEST_AGE",
@@ -38,4 +39,9 @@ SKIPPED: Final = Counter(
 IDEMPOTENT: Final = Gauge(
     "keel_relay_idempotent_producer",
     "1 while the relay publishes with an idempotent producer, 0 with a plain one",
+)
+CLAIM_CHECKED: Final = Counter(
+    "keel_relay_claim_checked_events",
+    "Events the broker refused for what they are (too large, invalid), published as claim checks "
+    "in their place: consumers fetch their payloads from the ledger by seq",
 )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -12,11 +12,12 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaTimeoutError
 
 from keel_stream.kafka.errors import idempotence_unsupported
-from keel_stream.kafka.records import EventRecordCodec
+from keel_stream.kafka.records import EventRecordCodec, OutgoingRecord
 from keel_stream.kafka.tail import published_seqs
 from keel_stream.relay.skip import PublishedTail
 from keel_stream.store.outbox import OutboxRow
 from keel_stream.topics.admin import apply_catalog
+from keel_stream.topics.catalog import EVENTS
 
 __all__ = ["PublishResult", "Publisher", "acknowledged"]
 
@@ -68,14 +69,16 @@ def _retrieved(future: asyncio.Future[Any]) -> None:
         future.exception()
 
 
-async def _started(bootstrap: str, idempotent: bool) -> AIOKafkaProducer:
+async def _started(bootstrap: str, idempotent: bool, max_record_bytes: int) -> AIOKafkaProducer:
     producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap,
         acks="all",
         enable_idempotence=idempotent,
         linger_ms=5,
         request_timeout_ms=5_000,
-        max_batch_size=256 * 1024,
+        max_batch_size=min(256 * 1024, max_record_bytes),
+        # A record larger than the topic takes is refused here, before it reaches the broker.
+        max_request_size=max_record_bytes,
         client_id="keel-relay",
     )
     try:
@@ -86,16 +89,28 @@ async def _started(bootstrap: str, idempotent: bool) -> AIOKafkaProducer:
     return producer
 
 
-async def start_producer(bootstrap: str, try_idempotent: bool) -> tuple[AIOKafkaProducer, bool]:
+async def start_producer(
+    bootstrap: str, try_idempotent: bool, max_record_bytes: int = EVENTS.max_message_bytes
+) -> tuple[AIOKafkaProducer, bool]:
     """A started producer, idempotent when asked for and the broker offers it; and whether it
     is. A broker without producer ids (InitProducerId) gets a plain producer."""
     if try_idempotent:
         try:
-            return await _started(bootstrap, idempotent=True), True
+            return await _started(bootstrap, True, max_record_bytes), True
         except Exception as exc:
             if not idempotence_unsupported(exc):
                 raise
-    return await _started(bootstrap, idempotent=False), False
+    return await _started(bootstrap, False, max_record_bytes), False
+
+
+def _record(row: OutboxRow, claim_check: Mapping[str, Any] | None) -> OutgoingRecord:
+    if claim_check is not None:
+        return EventRecordCodec.claim_check(
+            row.tenant, row.session, row.seq, row.kind, row.committed_at, claim_check
+        )
+    return EventRecordCodec.encode(
+        row.tenant, row.session, row.seq, row.kind, row.payload, row.committed_at
+    )
 
 
 class Publisher:
@@ -136,15 +151,17 @@ class Publisher:
         try_idempotent: bool = True,
         tail_depth: int = 0,
         ack_timeout_s: float = ACK_TIMEOUT_S,
+        max_record_bytes: int = EVENTS.max_message_bytes,
     ) -> Publisher:
-        """Make sure the catalog's topics exist, connect a producer, then read the last
-        `tail_depth` records of each partition of the topic (0: none).
+        """Make sure the catalog's topics exist, connect a producer (that refuses records over
+        `max_record_bytes`), then read the last `tail_depth` records of each partition of the
+        topic (0: none).
 
         The topics are (re)applied on every open because a broker that lost its data (the
         memory-only dev broker after a restart) would otherwise auto-create them with defaults.
         """
         await apply_catalog(bootstrap, prefix)
-        producer, idempotent = await start_producer(bootstrap, try_idempotent)
+        producer, idempotent = await start_producer(bootstrap, try_idempotent, max_record_bytes)
         try:
             tail = PublishedTail(await published_seqs(bootstrap, topic, tail_depth))
         except BaseException:
@@ -161,13 +178,23 @@ class Publisher:
 
     async def publish(self, rows: Sequence[OutboxRow]) -> PublishResult:
         """Send rows in order and wait for the acknowledgements (up to the ack timeout)."""
+        return await self._send(rows, None)
+
+    async def publish_claim_check(
+        self, row: OutboxRow, details: Mapping[str, Any]
+    ) -> PublishResult:
+        """Send the claim check of a row the broker refused (keel_stream.kafka.records), in
+        its place, and wait for its acknowledgement."""
+        return await self._send([row], details)
+
+    async def _send(
+        self, rows: Sequence[OutboxRow], claim_check: Mapping[str, Any] | None
+    ) -> PublishResult:
         futures: list[asyncio.Future[Any]] = []
         error: BaseException | None = None
         try:
             for row in rows:
-                record = EventRecordCodec.encode(
-                    row.tenant, row.session, row.seq, row.kind, row.payload, row.committed_at
-                )
+                record = _record(row, claim_check)
                 futures.append(
                     await self._producer.send(
                         self._topic, value=record.value, key=record.key, headers=record.headers

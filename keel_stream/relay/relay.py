@@ -13,7 +13,12 @@ sending them again, the rows found there (published by a relay that died before 
 or by a batch that failed part way). Consumers still de-duplicate by seq: the ledger is the truth.
 
 Failures are retried only when transient (keel_stream.relay.retry), within a bound; anything
-else, or a transient failure past the bound, ends `run` with the error.
+else, or a transient failure past the bound, ends `run` with the error. A record the broker
+refuses for what it is (too large, invalid) is the exception: it is published as a claim check
+that keeps its seq on the topic (keel_stream.relay.refusals), and the relay goes on.
+
+The backlog gauges are refreshed from the outbox every second while the relay is active, whether
+or not it can reach the broker, so they tell the truth during a broker outage.
 """
 
 from __future__ import annotations
@@ -23,13 +28,17 @@ import contextlib
 import os
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+from structlog.stdlib import BoundLogger
 
 from keel_stream.errors import StoreError
 from keel_stream.logs import get_logger
 from keel_stream.relay import metrics
 from keel_stream.relay.publisher import Publisher, PublishResult
+from keel_stream.relay.refusals import Refusals
 from keel_stream.relay.retry import Retrying, RetryPolicy
 from keel_stream.relay.skip import tail_depth
 from keel_stream.store.outbox import Outbox, OutboxRow, PostgresOutbox, Shard, ShardConnection
@@ -56,6 +65,9 @@ class RelayConfig:
     tail_depth: int | None = None
     """Records per partition read back from the topic's tail before publishing (0: none, so no
     row is ever skipped); None: batch_size times the shard count (see relay.skip.tail_depth)."""
+    max_record_bytes: int = EVENTS.max_message_bytes
+    """The producer refuses a larger record (it goes out as a claim check): the catalog's
+    max.message.bytes of the events topic."""
 
 
 async def delete_acknowledged(
@@ -74,6 +86,23 @@ async def delete_acknowledged(
     return acked
 
 
+async def _measure_backlog(shard: ShardConnection) -> None:
+    backlog = await shard.backlog()
+    metrics.BACKLOG.set(backlog.events)
+    metrics.OLDEST_AGE.set(backlog.oldest_s)
+
+
+def _claim_checked(log: BoundLogger, row: OutboxRow, details: Mapping[str, Any]) -> None:
+    metrics.CLAIM_CHECKED.inc()
+    log.warning(
+        "published a claim check in place of a refused event",
+        tenant=row.tenant,
+        session=row.session,
+        seq=row.seq,
+        **details,
+    )
+
+
 async def _wait(event: asyncio.Event, seconds: float) -> None:
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(event.wait(), seconds)
@@ -88,6 +117,7 @@ class Relay:
         self._topic = EVENTS.full_name(config.topic_prefix)
         self._log = get_logger("relay").bind(relay=config.relay_id, shard=config.shard.index)
         self._idempotent: bool | None = None  # unknown until a broker answered
+        self._refusals = Refusals()
 
     @classmethod
     def from_config(cls, config: RelayConfig) -> Relay:
@@ -139,32 +169,33 @@ class Relay:
         wake = await shard.commit_wake_ups()
         publisher: Publisher | None = None
         broker = Retrying(self._config.retry, self._log)
-        last_backlog = 0.0
+        measured = float("-inf")
         try:
             while not stop.is_set():
+                if time.monotonic() - measured >= _BACKLOG_REFRESH_S:
+                    # Before anything that needs the broker: true during an outage too.
+                    await _measure_backlog(shard)
+                    measured = time.monotonic()
                 if publisher is None:
                     # Opened before the first batch needs it, so events wait on no handshake.
                     publisher = await self._open_publisher(broker, stop)
                     continue
-                if time.monotonic() - last_backlog > _BACKLOG_REFRESH_S:
-                    backlog = await shard.backlog()
-                    metrics.BACKLOG.set(backlog.events)
-                    metrics.OLDEST_AGE.set(backlog.oldest_s)
-                    last_backlog = time.monotonic()
                 wake.clear()
-                rows = await shard.fetch(self._config.batch_size)
+                rows = await shard.fetch(self._refusals.batch_size(self._config.batch_size))
                 if not rows:
                     broker.succeeded()  # nothing pending: no failure is going on
                     publisher.tail.forget()  # no row left that the tail could hold
                     await _wait(wake, self._config.poll_interval_s)
                     continue
-                error = await self._publish(shard, publisher, rows)
-                if error is None:
+                failure = await self._publish(shard, publisher, rows)
+                if failure is None:
                     broker.succeeded()
                     continue
                 await self._close(publisher)
                 publisher = None
-                await _wait(stop, broker.delay_after(error, "publish"))
+                error, refused = failure
+                if not refused:  # a refused record is sent alone or as its claim check next
+                    await _wait(stop, broker.delay_after(error, "publish"))
         finally:
             if publisher is not None:
                 await self._close(publisher)
@@ -181,6 +212,7 @@ class Relay:
                 config.topic_prefix,
                 try_idempotent=self._idempotent is not False,
                 tail_depth=tail_depth(config.batch_size, config.shard.count, config.tail_depth),
+                max_record_bytes=config.max_record_bytes,
             )
         except Exception as exc:  # noqa: BLE001 - classified in delay_after, which re-raises
             metrics.FAILURES.inc()
@@ -202,29 +234,42 @@ class Relay:
 
     async def _publish(
         self, shard: ShardConnection, publisher: Publisher, rows: list[OutboxRow]
-    ) -> BaseException | None:
-        """Delete what the topic holds already, publish the rest and delete what was
-        acknowledged; why it stopped short, if it did."""
+    ) -> tuple[BaseException, bool] | None:
+        """Delete what the topic holds already, publish the rest (or a refused row's claim
+        check) and delete what was acknowledged; if it stopped short, why, and whether that was
+        a refusal of the record."""
+        self._refusals.fetched(rows[0].id)
         found, rows = publisher.tail.split(rows)
         if found:
             await shard.acknowledge([r.id for r in found])
             metrics.SKIPPED.inc(len(found))
             self._log.info("on the topic already; not sent again", rows=len(found))
+            self._refusals.published(found)
         if not rows:
             return None
-        result = await publisher.publish(rows)
+        claim_check = self._refusals.claim_check_for(rows)
+        if claim_check is None:
+            result = await publisher.publish(rows)
+        else:
+            result = await publisher.publish_claim_check(rows[0], claim_check)
         self._log.debug("published", rows=len(rows), acked=result.acked)
         acked = await delete_acknowledged(shard, rows, result)
+        self._refusals.published(acked)
+        if claim_check is not None and acked:
+            _claim_checked(self._log, acked[0], claim_check)
         if result.error is None:
             return None
         metrics.FAILURES.inc()
+        refused = self._refusals.refused(
+            rows, result.acked, result.error, claim_check=claim_check is not None
+        )
         self._log.warning(
-            "publish failed; will resend",
+            "record refused; sending it alone" if refused else "publish failed; will resend",
             acked=len(acked),
             pending=len(rows) - len(acked),
             error=repr(result.error),
         )
-        return result.error
+        return result.error, refused
 
     async def _close(self, publisher: Publisher) -> None:
         try:

@@ -13,12 +13,14 @@ from keel_stream.errors import (
     InvalidPayload,
     LeaseFenced,
     NotExternalSession,
+    PayloadTooLarge,
     SessionExists,
     SessionNotFound,
     TenantExists,
     TenantNotFound,
 )
 from keel_stream.kernel import CommitRequest, LeaseToken, RunStatus
+from keel_stream.kernel.limits import MAX_EVENT_BYTES, event_size
 from keel_stream.store import ExternalMarkers, Settlement
 from keel_stream.store.protocol import Claim
 from tests.contract.conftest import Adapter
@@ -225,3 +227,19 @@ async def test_a_released_attempt_is_pending_and_not_counted(adapter: Adapter) -
     assert again is not None
     assert (again.attempts, again.lease.epoch) == (1, 2)
     assert not await runs.request_cancel("acme", "nope"), "no running attempt there"
+
+
+async def test_an_event_over_the_size_limit_is_refused_and_writes_nothing(
+    adapter: Adapter,
+) -> None:
+    payload: dict[str, Any] = {"requestId": "big", "text": ""}
+    payload["text"] = "x" * (MAX_EVENT_BYTES - event_size(payload))
+    with pytest.raises(PayloadTooLarge):
+        await adapter.ledger.commit(
+            request("user.message", {**payload, "text": "x" + payload["text"]}, key="big")
+        )
+    assert await adapter.ledger.head("acme", "s1") == 0, "nothing was written"
+    at_limit = await adapter.ledger.commit(request("user.message", payload, key="big"))
+    assert at_limit.seq == 1
+    (stored,) = await adapter.ledger.read_events("acme", "s1")
+    assert event_size(stored.payload) == MAX_EVENT_BYTES

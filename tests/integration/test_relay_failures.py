@@ -5,13 +5,11 @@ from __future__ import annotations
 import asyncio
 
 import asyncpg
-import pytest
-from aiokafka.errors import MessageSizeTooLargeError
 from prometheus_client import REGISTRY
 
 from keel_stream.kafka.broker import EmbeddedBroker
 from keel_stream.kernel import CommitRequest
-from keel_stream.relay import Relay, RelayConfig
+from keel_stream.relay import RelayConfig
 from keel_stream.store import PostgresLedger
 from keel_stream.store.outbox import RELAY_LOCK_CLASS
 from keel_stream.topics.admin import apply_catalog
@@ -169,28 +167,3 @@ async def test_two_relays_one_publishes_and_the_other_takes_over(
     received = await collect(kafka.bootstrap, EVENTS.full_name(topic_prefix), has_all(expected))
     assert_each_once_in_order(received, expected)
     print(f"takeover after SIGKILL: {takeover_s:.2f}s")
-
-
-async def test_a_record_the_broker_refuses_stops_the_relay_loudly(
-    ledger: PostgresLedger,
-    pool: asyncpg.Pool,
-    database_dsn: str,
-    kafka: KafkaServer,
-    topic_prefix: str,
-) -> None:
-    # Larger than the producer's max_request_size: no retry could ever send it. The relay stops
-    # with the error instead of looping on it, and the event stays in the outbox (never skipped).
-    sessions = await make_sessions(ledger, 1)
-    await ledger.commit(
-        CommitRequest(
-            tenant_id="acme",
-            session_id=sessions[0],
-            kind="user.message",
-            payload={"text": "x" * 2_000_000},
-        )
-    )
-    relay = Relay.from_config(RelayConfig(database_dsn, kafka.bootstrap, topic_prefix))
-    with pytest.raises(MessageSizeTooLargeError):
-        await asyncio.wait_for(relay.run(asyncio.Event()), 60)
-    assert await pool.fetchval("SELECT count(*) FROM outbox") == 1
-    assert await lock_holder(pool) is None, "the stopped relay no longer holds its shard"

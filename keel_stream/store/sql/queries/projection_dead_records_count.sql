@@ -1,0 +1,1 @@
+SELECT count(*) FROM projection_dead_records WHERE topic = $1;
