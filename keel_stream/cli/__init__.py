@@ -11,7 +11,18 @@ from typing import Annotated
 import typer
 
 from keel_stream import __version__
-from keel_stream.cli import api, dev, migrate, projections, relay, tail, tenants, topics, worker
+from keel_stream.cli import (
+    api,
+    dev,
+    migrate,
+    projections,
+    relay,
+    tail,
+    tenants,
+    topics,
+    verify,
+    worker,
+)
 from keel_stream.cli.errors import KeelGroup
 from keel_stream.cli.sidecar import sidecar_ref
 
@@ -46,6 +57,7 @@ app.add_typer(topics.app, name="topics")
 app.command("relay")(relay.relay)
 app.command("republish")(relay.republish_command)
 app.command("tail")(tail.tail_command)
+app.command("verify")(verify.verify_command)
 app.add_typer(projections.app, name="projections")
 app.command("worker")(worker.worker)
 app.command("api")(api.api)

@@ -218,7 +218,10 @@ async def collect(
     """
     assigned = await _partitions(bootstrap, topic, min(timeout_s, 10.0))
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_wait_ms=50
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        fetch_max_wait_ms=50,
     )
     received: list[Received] = []
     await consumer.start()
