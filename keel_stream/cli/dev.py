@@ -9,11 +9,14 @@ import typer
 from keel_stream.cli.api import PORT_HINT
 from keel_stream.cli.options import ApiPort, Bootstrap, DatabaseUrl, DataDir, load_settings
 from keel_stream.cli.preflight import ensure_port_free
+from keel_stream.dev.components import metrics_ports
 from keel_stream.dev.lock import ensure_not_running
 from keel_stream.dev.supervisor import supervise
 from keel_stream.settings import env_var
 
 __all__ = ["dev"]
+
+METRICS_HINT = "dev serves metrics on KEEL_METRICS_PORT and the two ports after it; choose another"
 
 
 def dev(
@@ -37,8 +40,9 @@ def dev(
 ) -> None:
     """Run the whole platform on embedded defaults until Ctrl-C or SIGTERM.
 
-    Embedded PostgreSQL and broker unless KEEL_DATABASE_URL / KEEL_KAFKA_BOOTSTRAP are set. One
-    dev per data directory; while it runs, other commands use its addresses.
+    Embedded PostgreSQL and broker unless KEEL_DATABASE_URL / KEEL_KAFKA_BOOTSTRAP are set; each
+    service in a process of its own, restarted when it dies. One dev per data directory; while it
+    runs, other commands use its addresses.
     """
     settings = load_settings(
         database_url=database_url,
@@ -48,10 +52,12 @@ def dev(
         dev_kafka=kafka,
         use_running_dev=False,
     )
-    # Both checks create nothing: a refused start leaves the data directory as it was.
+    # The checks create nothing: a refused start leaves the data directory as it was.
     ensure_not_running(settings.data_dir)
     if not once:
         ensure_port_free(settings.api_host, settings.api_port, hint=PORT_HINT)
+        for port in metrics_ports(settings).values():
+            ensure_port_free(settings.metrics_host, port, hint=METRICS_HINT)
     status = supervise(settings, once=once, say=typer.echo)
     if status:
         raise typer.Exit(code=status)

@@ -1,19 +1,38 @@
-"""The platform's components configured from settings: `keel-stream dev` runs them together,
-the other commands one each."""
+"""The platform's components configured from settings: the single-component commands run one
+each, and `keel-stream dev` runs each of those commands as a child with the environment it
+resolved (`child_environment`)."""
 
 from __future__ import annotations
 
 import os
+import socket
+from collections.abc import Mapping
 
 from keel_stream.api.app import ApiConfig
+from keel_stream.errors import InvalidSetting
 from keel_stream.gateway.config import load_boot_config
 from keel_stream.relay import RelayConfig, Shard
-from keel_stream.settings import KeelSettings
+from keel_stream.settings import KeelSettings, env_var
 from keel_stream.worker.agent_settings import ModelProviders
 from keel_stream.worker.providers import FakeProvider, OpenAIProvider, Provider
 from keel_stream.worker.worker import WorkerConfig
 
-__all__ = ["api_config", "provider", "relay_config", "worker_config"]
+__all__ = [
+    "METRICS_OFFSETS",
+    "api_config",
+    "child_environment",
+    "free_port",
+    "metrics_ports",
+    "provider",
+    "relay_config",
+    "worker_config",
+]
+
+METRICS_OFFSETS: Mapping[str, int] = {"projector": 0, "relay": 1, "worker": 2}
+"""With KEEL_METRICS_PORT=P, dev's projections worker serves its metrics on P, its relay on P+1
+and its agent worker on P+2 (the API serves its own on /metrics)."""
+_NOT_PASSED = frozenset({"dev_api_key", "dev_kafka", "metrics_port"})
+"""Settings only dev reads (the metrics port is given to each child on its own)."""
 
 
 def relay_config(settings: KeelSettings, dsn: str, bootstrap: str, shard: Shard) -> RelayConfig:
@@ -57,3 +76,54 @@ def worker_config(settings: KeelSettings, dsn: str, bootstrap: str | None) -> Wo
 
 def api_config(settings: KeelSettings, dsn: str, bootstrap: str | None) -> ApiConfig:
     return ApiConfig(database_url=dsn, bootstrap=bootstrap, topic_prefix=settings.topic_prefix)
+
+
+def metrics_ports(settings: KeelSettings) -> dict[str, int]:
+    """The metrics port of each of dev's children that serves one (none without
+    KEEL_METRICS_PORT); InvalidSetting when the last one is past 65535."""
+    base = settings.metrics_port
+    if base is None:
+        return {}
+    ports = {name: base + offset for name, offset in METRICS_OFFSETS.items()}
+    if max(ports.values()) > 65535:
+        raise InvalidSetting(
+            f"{env_var('metrics_port')}: dev serves metrics on it and the "
+            f"{len(ports) - 1} ports after it; choose one below {65536 - len(ports) + 1}"
+        )
+    return ports
+
+
+def child_environment(
+    settings: KeelSettings, dsn: str, bootstrap: str, api_port: int
+) -> dict[str, str]:
+    """The whole environment of a child command: dev's own, with the KEEL_* settings replaced by
+    those dev resolved (its flags, the servers it started, the API port it chose); other
+    variables (KEEL_EXTERNAL_CONFIG, ...) pass through. No metrics port (metrics_ports)."""
+    fields = {env_var(name) for name in KeelSettings.model_fields}
+    env = {name: value for name, value in os.environ.items() if name.upper() not in fields}
+    env.update(
+        {
+            env_var(name): str(value)
+            for name in KeelSettings.model_fields
+            if name not in _NOT_PASSED and (value := getattr(settings, name)) is not None
+        }
+    )
+    env.update(
+        {
+            env_var("database_url"): dsn,
+            env_var("kafka_bootstrap"): bootstrap,
+            env_var("data_dir"): str(settings.data_dir.resolve()),
+            env_var("api_port"): str(api_port),
+            env_var("relay_shards"): "1",  # dev runs one relay, for every shard
+        }
+    )
+    return env
+
+
+def free_port(host: str) -> int:
+    """A port nothing listens on now, on host's interface (for a configured port of 0)."""
+    family, kind, proto, _, address = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.bind(address)
+        port: int = probe.getsockname()[1]
+        return port

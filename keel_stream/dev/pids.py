@@ -1,10 +1,11 @@
 """What a `keel-stream dev` started, in <data_dir>/dev.pids.json, and the sweep of what a dead
 one left running.
 
-The broker and the projections worker die with dev (a parent-death signal); the embedded
-PostgreSQL daemonizes and cannot. Each is recorded with its start time as it starts (dev too),
-and the next dev, once it holds the data directory's lock (so the previous one is surely dead),
-stops whatever of them still runs: the same pid with the same start time, never a reused pid.
+The broker and the services (projections worker, relay, agent worker, API) die with dev (a
+parent-death signal); the embedded PostgreSQL daemonizes and cannot. dev records itself, and each
+of them with its start time as it starts (again at every restart), and the next dev, once it
+holds the data directory's lock (so the previous one is surely dead), stops whatever of them still
+runs: the same pid with the same start time, never a reused pid.
 PostgreSQL gets a fast shutdown, the others SIGTERM then SIGKILL. A clean stop removes the file.
 """
 
@@ -24,7 +25,7 @@ __all__ = ["PIDS_FILE", "DevPids", "Swept", "sweep_leftovers"]
 PIDS_FILE: Final = "dev.pids.json"
 _DEV: Final = "dev"
 POSTGRES: Final = "postgres"
-_ORDER: Final = ("projector", "broker", POSTGRES)
+_ORDER: Final = ("api", "worker", "relay", "projector", "broker", POSTGRES)
 """Clients before the servers they use."""
 
 

@@ -19,7 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Self
 
-__all__ = ["Proc", "die_with_parent", "terminate", "wait_gone", "wait_reaped"]
+__all__ = [
+    "Proc",
+    "child_exit",
+    "describe_exit",
+    "die_with_parent",
+    "terminate",
+    "wait_gone",
+    "wait_reaped",
+]
 
 _POLL_S: Final = 0.02
 _PR_SET_PDEATHSIG: Final = 1
@@ -109,6 +117,32 @@ def terminate(procs: Iterable[Proc], grace_s: float = 5.0) -> list[Proc]:
     for proc in left:
         proc.signal(signal.SIGKILL)
     return wait_gone(left, grace_s)
+
+
+def describe_exit(returncode: int | None) -> str:
+    """How a process ended, in words: `exit status 1`, `signal SIGKILL` (a negative returncode
+    is the signal that ended it, as subprocess reports it)."""
+    if returncode is None:
+        return "ended (how is not known)"
+    if returncode < 0:
+        try:
+            return f"signal {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"signal {-returncode}"
+    return f"exit status {returncode}"
+
+
+def child_exit(pid: int) -> str | None:
+    """None while this process's child `pid` runs; how it ended once it has, in words. The
+    child is not reaped (its owner still waits for it)."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return describe_exit(None)  # reaped already: it ended
+    if info is None:
+        return None
+    killed = info.si_code in (os.CLD_KILLED, os.CLD_DUMPED)
+    return describe_exit(-info.si_status if killed else info.si_status)
 
 
 def die_with_parent() -> Callable[[], None] | None:

@@ -1,4 +1,5 @@
-"""When dev may say "ready": once the projections worker's consumer group is live.
+"""When dev may say "ready": once the API answers /healthz and the projections worker's consumer
+group is live.
 
 Until the worker has joined its group and been assigned the source partitions, a commit is in
 the ledger and on the topic but no read model applies it; a client that reads with min_seq right
@@ -10,14 +11,22 @@ so a commit made after that is applied within a fetch.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from enum import StrEnum
 from typing import Any, Final
+
+import httpx
 
 from keel_stream.errors import BrokerError
 from keel_stream.kafka.incarnation import group_live
 
-__all__ = ["PROJECTOR_GROUP", "Readiness", "projector_group", "wait_projector_live"]
+__all__ = [
+    "PROJECTOR_GROUP",
+    "Readiness",
+    "projector_group",
+    "wait_api_answers",
+    "wait_projector_live",
+]
 
 PROJECTOR_GROUP: Final = "keel-projections"
 """The worker's consumer group (keel_stream.projector.host.HostConfig.group), after the prefix."""
@@ -45,18 +54,43 @@ async def _poll(bootstrap: str, group: str) -> None:
         await asyncio.sleep(_POLL_S)
 
 
+async def _answers(url: str) -> None:
+    async with httpx.AsyncClient(timeout=2.0) as client:
+        while True:
+            try:
+                if (await client.get(f"{url}/healthz")).status_code == httpx.codes.OK:
+                    return
+            except httpx.HTTPError:
+                pass  # not listening yet: ask again
+            await asyncio.sleep(_POLL_S / 2)
+
+
+async def _until(
+    condition: Coroutine[Any, Any, None], unless: Sequence[asyncio.Future[Any]], timeout_s: float
+) -> Readiness:
+    met = asyncio.ensure_future(condition)
+    try:
+        done, _ = await asyncio.wait(
+            [met, *unless], timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
+        )
+    finally:
+        met.cancel()
+    if met in done:
+        return Readiness.LIVE
+    return Readiness.ENDED if done else Readiness.TIMED_OUT
+
+
 async def wait_projector_live(
     bootstrap: str, group: str, unless: Sequence[asyncio.Future[Any]], timeout_s: float
 ) -> Readiness:
     """Wait until the group is live, any of `unless` is done (they are not cancelled here), or
     timeout_s passes."""
-    live = asyncio.ensure_future(_poll(bootstrap, group))
-    try:
-        done, _ = await asyncio.wait(
-            [live, *unless], timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
-        )
-    finally:
-        live.cancel()
-    if live in done:
-        return Readiness.LIVE
-    return Readiness.ENDED if done else Readiness.TIMED_OUT
+    return await _until(_poll(bootstrap, group), unless, timeout_s)
+
+
+async def wait_api_answers(
+    url: str, unless: Sequence[asyncio.Future[Any]], timeout_s: float
+) -> Readiness:
+    """Wait until the API at url answers GET /healthz with 200, any of `unless` is done, or
+    timeout_s passes."""
+    return await _until(_answers(url), unless, timeout_s)

@@ -12,6 +12,10 @@ runs, dev therefore:
   `keel-stream republish`; the relay publishes what it enqueues), so the topic again holds
   what the ledger holds;
 - records the cluster id once both are done (a start that dies halfway does them again).
+
+dev does the same when it restarts a broker that died (`realign`, with the catalog applied
+first); a memory-only broker comes back empty, so its events topic is refilled even when a client
+recreated it before dev could.
 """
 
 from __future__ import annotations
@@ -22,13 +26,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from keel_stream.kafka.errors import kafka_translated
 from keel_stream.kafka.incarnation import cluster_id
 from keel_stream.relay.republish import RepublishReport, republish
 from keel_stream.store.connect import Pool
 from keel_stream.store.projection_reset import reset_offsets
+from keel_stream.topics.admin import apply_catalog
 from keel_stream.topics.catalog import EVENTS
 
-__all__ = ["INCARNATION_FILE", "Resumed", "align_with_broker", "needs_reset"]
+__all__ = ["INCARNATION_FILE", "Resumed", "align_with_broker", "needs_reset", "realign"]
 
 INCARNATION_FILE: Final = "dev.kafka.json"
 
@@ -76,12 +82,19 @@ def _record(data_dir: Path, current: str) -> None:
 
 
 async def align_with_broker(
-    pool: Pool, bootstrap: str, prefix: str, created: Sequence[str], data_dir: Path
+    pool: Pool,
+    bootstrap: str,
+    prefix: str,
+    created: Sequence[str],
+    data_dir: Path,
+    *,
+    emptied: bool = False,
 ) -> Resumed:
     """Reset stale stored offsets and refill a new events topic (see the module); created are
-    the topics apply_catalog just created. Run before any projections worker starts."""
+    the topics apply_catalog just created, emptied says the broker is known to have lost its
+    data. Run before any projections worker starts."""
     source = EVENTS.full_name(prefix)
-    topic_created = source in created
+    topic_created = emptied or source in created
     current = await cluster_id(bootstrap)
     reset = None
     if needs_reset(_recorded(data_dir), current, topic_created=topic_created):
@@ -89,3 +102,16 @@ async def align_with_broker(
     republished = await republish(pool) if topic_created else None
     _record(data_dir, current)
     return Resumed(current, reset, republished)
+
+
+async def realign(
+    pool: Pool, bootstrap: str, prefix: str, data_dir: Path, *, emptied: bool
+) -> tuple[Resumed, list[str]]:
+    """After a broker restart, with no projections worker or relay running: apply the topic
+    catalog, then align (align_with_broker); return what was done and the catalog's drift."""
+    async with kafka_translated("apply topics"):
+        topics = await apply_catalog(bootstrap, prefix)
+    resumed = await align_with_broker(
+        pool, bootstrap, prefix, topics.created, data_dir, emptied=emptied
+    )
+    return resumed, topics.drift

@@ -9,132 +9,24 @@ the file starts dev twice in all; every process any of them started is killed at
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import os
 import shutil
 import signal
 import subprocess
 import tempfile
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import asyncpg
-import httpx
 import pytest
 
-from keel_stream.dev.postgres import stop_postmaster
-from keel_stream.dev.procs import Proc, wait_gone
+from keel_stream.dev.procs import wait_gone
 from keel_stream.topics.catalog import EVENTS
 from tests.support.cli import KEEL, one_line_error
 from tests.support.cli import run_keel_sync as keel
+from tests.support.dev_runs import DevRun, Devs, wait_for
 
-API_KEY = "lifecycle-key"
-READY_S = 120.0
-
-
-def wait_for(check: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    """Poll check until it returns something truthy; fail naming what did not happen."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = check()
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
-@dataclass
-class DevRun:
-    """One `keel-stream dev` process, in a session of its own (so its group can be signalled)."""
-
-    proc: subprocess.Popen[bytes]
-    out: Path
-    err: Path
-
-    def lines(self) -> list[str]:
-        return self.out.read_text(errors="replace").splitlines()
-
-    def ready(self) -> bool:
-        if any(line.startswith("ready") for line in self.lines()):
-            return True
-        assert self.proc.poll() is None, f"dev exited: {self.out.read_text()}{self.err.read_text()}"
-        return False
-
-    def line(self, prefix: str) -> str:
-        (found,) = [line for line in self.lines() if line.startswith(prefix)]
-        return found.removeprefix(prefix).strip()
-
-    @property
-    def api_url(self) -> str:
-        return self.line("api: ")
-
-
-@dataclass
-class Devs:
-    """The data directory under test and every dev started on it."""
-
-    data_dir: Path
-    logs: Path
-    runs: list[DevRun] = field(default_factory=list)
-
-    @property
-    def env(self) -> dict[str, str]:
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if k not in ("KEEL_DATABASE_URL", "KEEL_KAFKA_BOOTSTRAP", "KEEL_DEV_API_KEY")
-        }
-        env.update(KEEL_DATA_DIR=str(self.data_dir), KEEL_API_PORT="0", KEEL_DEV_API_KEY=API_KEY)
-        return env
-
-    def start(self) -> DevRun:
-        n = len(self.runs)
-        out, err = self.logs / f"dev{n}.out", self.logs / f"dev{n}.err"
-        with out.open("wb") as stdout, err.open("wb") as stderr:
-            proc = subprocess.Popen(
-                [*KEEL, "dev"], stdout=stdout, stderr=stderr, env=self.env, start_new_session=True
-            )
-        run = DevRun(proc, out, err)
-        self.runs.append(run)
-        wait_for(run.ready, READY_S, "dev to say ready")
-        return run
-
-    def running(self) -> DevRun:
-        """The dev running now, started if none is."""
-        if self.runs and self.runs[-1].proc.poll() is None:
-            return self.runs[-1]
-        return self.start()
-
-    def recorded(self) -> dict[str, Proc]:
-        """The processes the running dev recorded (dev.pids.json)."""
-        entries = json.loads((self.data_dir / "dev.pids.json").read_text())
-        return {name: Proc(e["pid"], e["start_ticks"]) for name, e in entries.items()}
-
-    def addresses(self) -> dict[str, Any]:
-        result: dict[str, Any] = json.loads((self.data_dir / "dev.json").read_text())
-        return result
-
-    def kill_everything(self) -> None:
-        leftovers: list[Proc] = []
-        with contextlib.suppress(OSError, ValueError, KeyError):
-            leftovers += self.recorded().values()
-        for run in self.runs:
-            if run.proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(run.proc.pid, signal.SIGKILL)
-            run.proc.wait()
-        pid_file = self.data_dir / "postgres" / "postmaster.pid"
-        with contextlib.suppress(OSError, ValueError):
-            postmaster = Proc.of(int(pid_file.read_text().split("\n", 1)[0]))
-            if postmaster is not None:
-                stop_postmaster(postmaster, fast_s=10)
-        for proc in leftovers:
-            proc.signal(signal.SIGKILL)
-        wait_gone(leftovers, 10)
+SERVICES = {"projector", "relay", "worker", "api"}
 
 
 @pytest.fixture(scope="module")
@@ -149,12 +41,6 @@ def devs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Devs]:
     finally:
         state.kill_everything()
         shutil.rmtree(data, ignore_errors=True)
-
-
-def api(run: DevRun) -> httpx.Client:
-    return httpx.Client(
-        base_url=run.api_url, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=30
-    )
 
 
 def test_a_second_dev_on_a_live_data_dir_refuses_naming_the_first(devs: Devs) -> None:
@@ -206,7 +92,7 @@ def offsets_past_the_ledger(devs: Devs, run: DevRun) -> str:
     """Leave stored offsets that a fresh topic holding the ledger once cannot reach: a session
     with a finished run, republished (the topic then holds every event twice), and the projector
     past both copies. Return the session."""
-    with api(run) as client:
+    with run.client() as client:
         session = client.post("/v1/sessions").json()["id"]
         client.post(f"/v1/sessions/{session}/input", json={"text": "one"}).raise_for_status()
 
@@ -236,15 +122,16 @@ def test_a_dev_restarted_after_sigkill_leaves_nothing_of_the_first_and_reads_at_
     first = devs.running()
     session = offsets_past_the_ledger(devs, first)
     recorded = devs.recorded()
-    assert set(recorded) == {"dev", "postgres", "broker", "projector"}
+    assert set(recorded) == {"dev", "postgres", "broker", *SERVICES}
     os.kill(first.proc.pid, signal.SIGKILL)
     first.proc.wait()
-    children = [recorded["broker"], recorded["projector"]]
-    assert wait_gone(children, 10) == [], "the broker and the projector must die with dev"
+    children = [recorded[name] for name in ("broker", *SERVICES)]
+    assert wait_gone(children, 10) == [], "the broker and the services must die with dev"
 
     second = devs.start()
     assert [name for name, proc in recorded.items() if proc.alive()] == []
-    with api(second) as client:  # the same session: its partition's stored offset was past the end
+    # The same session: its partition's stored offset was past the end.
+    with second.client() as client:
         seq = client.post(f"/v1/sessions/{session}/input", json={"text": "two"}).json()["seq"]
         read = client.get(
             f"/v1/sessions/{session}/transcript", params={"min_seq": seq, "wait_s": 1}
@@ -254,11 +141,15 @@ def test_a_dev_restarted_after_sigkill_leaves_nothing_of_the_first_and_reads_at_
 
 def test_sigterm_to_the_process_group_stops_postgres(devs: Devs) -> None:
     dev = devs.running()
-    postmaster = devs.recorded()["postgres"]
+    recorded = devs.recorded()
+    postmaster = recorded["postgres"]
     assert postmaster.alive()
-    os.killpg(dev.proc.pid, signal.SIGTERM)
+    os.killpg(dev.proc.pid, signal.SIGTERM)  # the services get it too, as from a service manager
     assert dev.proc.wait(timeout=90) == 0, dev.err.read_text()
     assert not postmaster.alive(), "PostgreSQL must be gone when dev has exited"
+    assert [name for name, proc in recorded.items() if proc.alive()] == []
+    assert dev.logged("service exited unexpectedly; restarting it") == []
+    assert dev.logged("server exited unexpectedly; restarting it") == []
     assert not (devs.data_dir / "postgres" / "postmaster.pid").exists()
     assert not (devs.data_dir / "dev.json").exists()
     assert not (devs.data_dir / "dev.pids.json").exists()
