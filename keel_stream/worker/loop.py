@@ -127,7 +127,7 @@ class AgentLoop:
             record.failed, record.stop_reason = True, StopReason.ERROR
             record.error = f"attempt crashed: {exc.__class__.__name__}: {exc}"
             record.duration_ms = _ms(record.started)
-            return await self._settler.settle(io, record)
+            return await self._settler.settle(io, record, crashed=True)
 
     async def _attempt(self, io: SessionIO, record: AttemptRecord, signals: Signals) -> None:
         history = await io.read_log()

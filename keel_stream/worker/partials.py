@@ -41,6 +41,12 @@ class PartialsPublisher:
                 await producer.stop()
             return
         self._producer = producer
+        try:
+            # The topic's metadata now, not at the first send: a send waits at most
+            # _SEND_WAIT_S, and a metadata fetch on a busy machine can take longer.
+            await asyncio.wait_for(producer.partitions_for(self._topic), 10)
+        except Exception as exc:  # noqa: BLE001 - the sends will ask again
+            self._log.warning("partials topic not known yet", topic=self._topic, error=repr(exc))
 
     async def publish(
         self, tenant: str, session: str, generation_id: str, index: int, delta: str

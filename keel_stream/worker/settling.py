@@ -107,9 +107,13 @@ class Settler:
         self._model = model
         self._log = get_logger("worker")
 
-    async def settle(self, io: SessionIO, record: AttemptRecord) -> AttemptResult:
-        """Summarise and settle an attempt this worker ran."""
-        return await self._settle(io, record, await io.read_log(), summarise=True)
+    async def settle(
+        self, io: SessionIO, record: AttemptRecord, *, crashed: bool = False
+    ) -> AttemptResult:
+        """Summarise and settle an attempt this worker ran. A crashed attempt's inputs count as
+        presented: a crash that repeats spends the budget instead of earning a fresh one."""
+        log = await io.read_log()
+        return await self._settle(io, record, log, summarise=True, abandoned=crashed)
 
     async def settle_abandoned(self, io: SessionIO) -> AttemptResult:
         """Settle the attempt of a run taken over: its worker died before settling it."""
@@ -122,10 +126,19 @@ class Settler:
             return await self._settle(io, _recorded(latest.payload), log, summarise=False)
         since = latest.seq if latest is not None else 0
         record = _abandoned(log, since, claim.lease.epoch, claim.cancel_requested)
-        return await self._settle(io, record, log, summarise=True)
+        # What the dead attempt presented to the model is not known (its watermark died with
+        # it): its inputs count as seen, so an attempt that dies the same way every time (a
+        # deterministic crash) spends the budget instead of earning a fresh one forever.
+        return await self._settle(io, record, log, summarise=True, abandoned=True)
 
     async def _settle(
-        self, io: SessionIO, record: AttemptRecord, log: list[Event], *, summarise: bool
+        self,
+        io: SessionIO,
+        record: AttemptRecord,
+        log: list[Event],
+        *,
+        summarise: bool,
+        abandoned: bool = False,
     ) -> AttemptResult:
         claim = io.claim
         inputs = InputTally().observe_many(log)
@@ -135,7 +148,7 @@ class Settler:
             failed=record.failed or (not record.cancelled and account.owed_turn),
             attempts=claim.attempts,
             max_attempts=claim.max_attempts,
-            more_input=bool(account.unpresented),
+            more_input=bool(account.unpresented) and not abandoned,
             permanent=record.permanent,
         )
         if summarise:

@@ -48,7 +48,9 @@ async def _produce(bootstrap: str, topic: str, count: int) -> None:
 
 
 async def _read_all(bootstrap: str, topic: str, partitions: int, count: int) -> list[bytes]:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
+    )
     await consumer.start()
     values: list[bytes] = []
     try:

@@ -219,7 +219,9 @@ async def _partials(bootstrap: str, topic: str, count: int) -> list[str]:
     import orjson
     from aiokafka import AIOKafkaConsumer
 
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=50)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, fetch_max_wait_ms=50, auto_offset_reset="earliest"
+    )
     await consumer.start()
     deltas: list[tuple[int, str]] = []
     try:

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
 
+from keel_stream.errors import StoreError
 from keel_stream.gateway.config import ModelSettings, parse_config
 from keel_stream.kernel import CommitRequest, Event, account_inputs
 from keel_stream.store import MemoryStore
@@ -293,3 +294,21 @@ async def test_a_models_context_budget_replaces_the_workers() -> None:
     assert [(c.payload["budgetChars"], c.payload["model"]) for c in compactions] == [
         (50, "fake-tight")
     ]  # the worker's own budget is 0 (never): the fast turns compacted nothing
+
+
+class _DiesEveryTime(FakeProvider):
+    """An attempt that crashes the same way each time, before it presents anything."""
+
+    async def stream(self, request: Any) -> AsyncIterator[Any]:
+        raise StoreError("the same failure, every attempt")
+        yield  # an async generator that never yields
+
+
+async def test_an_attempt_that_dies_the_same_way_every_time_spends_the_budget() -> None:
+    store = await new_store()
+    await say(store, "hello", "r1")
+    async with worker(store, provider=_DiesEveryTime(), lease_ttl_s=0.2):
+        await settled(store, "failed")
+    summaries = [e.payload for e in await log(store) if e.kind == "run.finished"]
+    assert [s["status"] for s in summaries] == ["failed"] * 3, "one per attempt of the budget"
+    assert all(s["error"].startswith("attempt crashed: StoreError") for s in summaries)
