@@ -242,6 +242,8 @@ def report(result: ChaosResult) -> list[str]:
         for c in f["crashes"]
     ]
     verdict = [f"verify: {f['verify']}"]
+    if result.verified.available:
+        verdict.append(f"  {result.verified.counts()}")
     if not result.verified.available:
         verdict[0] += " (keel-stream verify is not in this build)"
     elif not result.verified.passed:

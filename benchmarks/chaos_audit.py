@@ -50,6 +50,19 @@ class Verified:
     seconds: float
     output: str
 
+    def counts(self) -> str:
+        """verify's counts in one line: what it compared and found."""
+        try:
+            found = orjson.loads(self.output)
+        except orjson.JSONDecodeError:
+            return "no counts (verify did not answer JSON)"
+        counts = ", ".join(f"{k} {v}" for k, v in found.get("counts", {}).items())
+        models = ", ".join(
+            f"{name} {m['sessions']} sessions/{m['differs']} differ/{m['behind']} behind"
+            for name, m in found.get("readModels", {}).items()
+        )
+        return f"{counts}; read models: {models}"
+
     def summary(self, most: int = 5) -> list[str]:
         """What verify reported, shortly: how many differences, the first few, and its notes."""
         try:
