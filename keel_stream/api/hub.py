@@ -1,62 +1,30 @@
-"""Live signals for SSE streams, fanned out per api process.
+"""Live signals for SSE streams, fanned out per api process (keel_stream.api.fanout).
 
 Two sources, either enough on its own: PostgreSQL `NOTIFY keel_commits` (every commit, so
 streams stay live when Kafka is unreachable) and the frames on keel.sse.v1 (plus keel.partials.v1
-for streams that asked for partials). Streams treat both as hints and de-duplicate and gap-fill
-by seq against the ledger, so a lost, late or repeated signal never skips or repeats an event.
+for streams that asked for partials). Both are hints: the feeds and the streams check them by seq
+against the ledger, so a lost, late or repeated signal never skips or repeats an event.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 import orjson
 from aiokafka import AIOKafkaConsumer
 
+from keel_stream.api.fanout import Fanout, Frame, Partial, RangeReads, Signal, Subscription, Wake
 from keel_stream.backoff import Backoff
 from keel_stream.kafka.partitions import topic_partitions
 from keel_stream.logs import get_logger
 from keel_stream.store.connect import Pool
 from keel_stream.store.notifications import Listener
+from keel_stream.store.projection_state import PostgresProjectionStore
 from keel_stream.topics.catalog import PARTIALS, SSE
 
-__all__ = ["Frame", "LiveHub", "Partial", "Subscription", "Subscriptions", "Wake"]
-
-Key = tuple[str, str]
-
-
-@dataclass(frozen=True, slots=True)
-class Wake:
-    seq: int
-
-
-@dataclass(frozen=True, slots=True)
-class Frame:
-    seq: int
-    kind: str
-    data: dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class Partial:
-    data: dict[str, Any]
-
-
-@dataclass(eq=False)
-class Subscription:
-    key: Key
-    partials: bool
-    queue: asyncio.Queue[Wake | Frame | Partial] = field(
-        default_factory=lambda: asyncio.Queue(maxsize=10_000)
-    )
-
-    def offer(self, item: Wake | Frame | Partial) -> None:
-        # A full queue drops the hint; the stream still catches up from the ledger by seq.
-        with contextlib.suppress(asyncio.QueueFull):
-            self.queue.put_nowait(item)
+__all__ = ["Frame", "LiveHub", "Partial", "Signal", "Subscription", "Subscriptions", "Wake"]
 
 
 class Subscriptions(Protocol):
@@ -71,10 +39,10 @@ class LiveHub:
         # NOTIFY keel_commits: every commit, so streams stay live when Kafka is unreachable;
         # a lost LISTEN connection is listened again (streams catch up on every heartbeat).
         self._listener = Listener(pool, "keel_commits", self._on_commit)
+        self._fanout = Fanout(RangeReads(PostgresProjectionStore(pool)))
         self._bootstrap = bootstrap
         self._sse_topic = SSE.full_name(topic_prefix)
         self._partials_topic = PARTIALS.full_name(topic_prefix)
-        self._subscriptions: dict[Key, set[Subscription]] = {}
         self._kafka_task: asyncio.Task[None] | None = None
         self._log = get_logger("api.hub")
         self.kafka_connected = False
@@ -93,36 +61,31 @@ class LiveHub:
                 await self._kafka_task
             self.kafka_connected = self.partials_live = False
         await self._listener.stop()
+        await self._fanout.close()
 
     def subscribe(self, tenant: str, session: str, partials: bool) -> Subscription:
-        subscription = Subscription((tenant, session), partials)
-        self._subscriptions.setdefault(subscription.key, set()).add(subscription)
-        return subscription
+        return self._fanout.subscribe(tenant, session, partials)
 
     def unsubscribe(self, subscription: Subscription) -> None:
-        subscribers = self._subscriptions.get(subscription.key)
-        if subscribers is not None:
-            subscribers.discard(subscription)
-            if not subscribers:
-                del self._subscriptions[subscription.key]
+        self._fanout.unsubscribe(subscription)
 
     @property
     def streams(self) -> int:
-        return sum(len(s) for s in self._subscriptions.values())
+        return self._fanout.streams
 
     def _on_commit(self, payload: str) -> None:
         tenant, session, seq = payload.rsplit("/", 2)
-        for subscription in self._subscriptions.get((tenant, session), ()):
-            subscription.offer(Wake(int(seq)))
+        self._fanout.wake((tenant, session), int(seq))
 
     def _dispatch(self, topic: str, value: bytes) -> None:
         data = orjson.loads(value)
         key = (data.get("tenant"), data.get("session"))
-        for subscription in self._subscriptions.get(key, ()):
-            if topic == self._sse_topic:
-                subscription.offer(Frame(int(data["id"]), str(data["event"]), data["data"]))
-            elif subscription.partials:
-                subscription.offer(Partial(data))
+        if not self._fanout.watches(key):
+            return
+        if topic == self._sse_topic:
+            self._fanout.frame(key, int(data["id"]), str(data["event"]), data["data"])
+        else:
+            self._fanout.partial(key, data)
 
     async def _consume(self) -> None:
         backoff = Backoff(0.5, 10.0)

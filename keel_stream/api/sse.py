@@ -2,10 +2,10 @@
 
 The `id:` of a frame is the event's seq; a client resumes with Last-Event-ID (or `after`) and the
 first frame it gets is cursor+1. Every event is sent exactly once and in order, whichever source
-announced it: frames from Kafka are used when they are the next seq, anything else reads the
-ledger after the cursor. `event: partial` frames (with `partials=1`) carry no id and are never
-replayed. When the api drains (SIGTERM), the stream first sends what it has not sent, then
-`event: drain` with `{"retry_after_ms": 3000}`, and ends.
+announced it: a live frame (read and encoded once per session by the hub) goes out as it is when
+it is the next seq; anything newer reads the ledger after the cursor. `event: partial` frames
+(with `partials=1`) carry no id and are never replayed. When the api drains (SIGTERM), the stream
+first sends what it has not sent, then `event: drain` with `{"retry_after_ms": 3000}`, and ends.
 
 Partials never trail: once a stream has sent a generation's committed assistant.message, it
 drops that generation's partials (they travel through Kafka and can arrive after the commit's
@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
 from typing import Any, Final
 
 import orjson
 from sse_starlette import ServerSentEvent
 
-from keel_stream.api.hub import Frame, Partial, Subscription, Subscriptions, Wake
+from keel_stream.api.fanout import Frame, Partial, Signal, Subscription, encode_event
+from keel_stream.api.hub import Subscriptions
 from keel_stream.errors import StoreUnavailable
 from keel_stream.kernel.types import Event
 from keel_stream.logs import get_logger
@@ -35,6 +36,12 @@ _log = get_logger("api.sse")
 DRAIN_RETRY_MS: Final = 3000
 SENT_GENERATIONS_KEPT: Final = 256
 _ANSWER: Final = "assistant.message"
+_HEARTBEAT: Final = ServerSentEvent(comment="heartbeat").encode()
+
+
+def _drain_frame(**extra: object) -> bytes:
+    data = orjson.dumps({"retry_after_ms": DRAIN_RETRY_MS, **extra}).decode()
+    return ServerSentEvent(data=data, event="drain").encode()
 
 
 class SentGenerations:
@@ -66,14 +73,6 @@ def _payload_of(data: Mapping[str, Any]) -> Mapping[str, Any]:
     return payload if isinstance(payload, Mapping) else {}
 
 
-def _event_frame(seq: int, kind: str, data: dict[str, Any]) -> bytes:
-    return ServerSentEvent(data=orjson.dumps(data).decode(), event=kind, id=str(seq)).encode()
-
-
-def _from_ledger(event: Event) -> bytes:
-    return _event_frame(event.seq, event.kind, event.model_dump(mode="json"))
-
-
 class _Stream:
     """The state of one stream: the cursor (the last seq sent) and the answers sent."""
 
@@ -91,27 +90,29 @@ class _Stream:
                 self._tenant, self._session, after=self.cursor, limit=MAX_READ_LIMIT
             )
             for event in page:
-                self.answered.sent(event.kind, event.payload)
-                yield _from_ledger(event)
-                self.cursor = event.seq
+                yield self._sent(event)
             if len(page) < MAX_READ_LIMIT:
                 return
 
-    async def on_signal(self, signal: Wake | Frame | Partial) -> AsyncIterator[bytes]:
-        """The frames a live signal makes due: a partial still current, the next frame, or
-        (for anything newer than the next seq) a catch-up from the ledger."""
-        if isinstance(signal, Partial):
-            if self.answered.admits(signal.data):
-                yield ServerSentEvent(
-                    data=orjson.dumps(signal.data).decode(), event="partial"
-                ).encode()
-        elif isinstance(signal, Frame) and signal.seq == self.cursor + 1:
-            self.answered.sent(signal.kind, _payload_of(signal.data))
-            yield _event_frame(signal.seq, signal.kind, signal.data)
-            self.cursor = signal.seq
-        elif signal.seq > self.cursor:
-            async for chunk in self.catch_up():
-                yield chunk
+    def _sent(self, event: Event) -> bytes:
+        self.answered.sent(event.kind, event.payload)
+        self.cursor = event.seq
+        return encode_event(event.seq, event.kind, event.model_dump(mode="json"))
+
+    async def on_signals(self, signals: Iterable[Signal]) -> AsyncIterator[bytes]:
+        """The frames live signals make due, in order: a partial still current, the next frame
+        (as the hub encoded it), or, for anything newer than the next seq, a catch-up."""
+        for signal in signals:
+            if isinstance(signal, Partial):
+                if self.answered.admits(signal.data):
+                    yield signal.wire
+            elif isinstance(signal, Frame) and signal.seq == self.cursor + 1:
+                self.answered.sent(signal.kind, _payload_of(signal.data))
+                self.cursor = signal.seq
+                yield signal.wire
+            elif signal.seq > self.cursor:
+                async for chunk in self.catch_up():
+                    yield chunk
 
 
 async def session_stream(
@@ -126,66 +127,43 @@ async def session_stream(
     heartbeat_s: float = 15.0,
 ) -> AsyncGenerator[bytes, None]:
     subscription = hub.subscribe(tenant, session, partials)
-    stream = _Stream(ledger, tenant, session, after)
-    drain = asyncio.create_task(draining.wait())
-    try:
-        async for chunk in _until_store_fails(_live(stream, subscription, drain, heartbeat_s)):
-            yield chunk
-    finally:
-        # A client that goes away cancels the stream inside asyncio.wait: the pending get
-        # would outlive the subscription, and be destroyed pending (an error line) when
-        # collected. Cancelled, both tasks end on the loop's next turn.
-        drain.cancel()
-        hub.unsubscribe(subscription)
-
-
-async def _until_store_fails(frames: AsyncGenerator[bytes, None]) -> AsyncGenerator[bytes, None]:
-    """The frames; when the database fails mid-stream (the response has started, no error
-    status can be sent), a `drain` frame asking the client to reconnect later, and the end."""
+    drain = asyncio.ensure_future(draining.wait())
+    drain.add_done_callback(lambda _: subscription.interrupt())
+    frames = _live(_Stream(ledger, tenant, session, after), subscription, heartbeat_s)
     try:
         async for chunk in frames:
             yield chunk
     except StoreUnavailable as exc:
+        # The database failed mid-stream (the response has started, no error status can be
+        # sent): a drain frame asks the client to reconnect later, and the stream ends.
         _log.warning("stream ended: database unavailable", error=exc.message)
-        data = {"retry_after_ms": DRAIN_RETRY_MS, "reason": StoreUnavailable.code}
-        yield ServerSentEvent(data=orjson.dumps(data).decode(), event="drain").encode()
+        yield _drain_frame(reason=StoreUnavailable.code)
     finally:
         await frames.aclose()
+        # A client that goes away cancels the stream while it waits: the drain task would
+        # outlive the subscription, and be destroyed pending (an error line) when collected.
+        drain.cancel()
+        hub.unsubscribe(subscription)
 
 
 async def _live(
-    stream: _Stream,
-    subscription: Subscription,
-    drain: asyncio.Task[bool],
-    heartbeat_s: float,
+    stream: _Stream, subscription: Subscription, heartbeat_s: float
 ) -> AsyncGenerator[bytes, None]:
-    item: asyncio.Task[Wake | Frame | Partial] | None = None
-    try:
-        async for chunk in stream.catch_up():
-            yield chunk
-        while True:
-            item = asyncio.create_task(subscription.queue.get())
-            done, _ = await asyncio.wait(
-                {item, drain}, timeout=heartbeat_s, return_when=asyncio.FIRST_COMPLETED
-            )
-            if drain in done:
-                item.cancel()
-                async for chunk in stream.catch_up():
-                    yield chunk
-                yield ServerSentEvent(
-                    data=orjson.dumps({"retry_after_ms": DRAIN_RETRY_MS}).decode(), event="drain"
-                ).encode()
-                return
-            if item not in done:
-                item.cancel()
-                # The backstop: a missed wake-up (say, a lost LISTEN connection) costs at most
-                # one heartbeat interval, never an event.
-                async for chunk in stream.catch_up():
-                    yield chunk
-                yield ServerSentEvent(comment="heartbeat").encode()
-                continue
-            async for chunk in stream.on_signal(item.result()):
+    async for chunk in stream.catch_up():
+        yield chunk
+    while True:
+        signals = await subscription.take(heartbeat_s)
+        if subscription.interrupted:
+            async for chunk in stream.catch_up():
                 yield chunk
-    finally:
-        if item is not None:
-            item.cancel()
+            yield _drain_frame()
+            return
+        if not signals:
+            # The backstop: a missed wake-up (say, a lost LISTEN connection) costs at most
+            # one heartbeat interval, never an event.
+            async for chunk in stream.catch_up():
+                yield chunk
+            yield _HEARTBEAT
+            continue
+        async for chunk in stream.on_signals(signals):
+            yield chunk
