@@ -9,10 +9,11 @@ serialises it on one event loop: it is not shared between processes and keeps no
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Final
@@ -27,7 +28,13 @@ from keel_stream.errors import (
     TenantExists,
     TenantNotFound,
 )
-from keel_stream.kernel.commits import check_class_gate, check_identifier, prepare, replayed
+from keel_stream.kernel.commits import (
+    PreparedCommit,
+    check_class_gate,
+    check_identifier,
+    prepare,
+    replayed,
+)
 from keel_stream.kernel.delivery import Delivery, with_effective_delivery
 from keel_stream.kernel.status import RunStatus
 from keel_stream.kernel.types import CommitRequest, Event, LeaseToken, Submission
@@ -42,6 +49,7 @@ from keel_stream.store.protocol import (
     ExternalStatus,
     Heartbeat,
     Settlement,
+    check_one_session,
 )
 
 __all__ = ["MemoryRuns", "MemoryStore"]
@@ -130,8 +138,32 @@ class MemoryStore:
         return found
 
     async def commit(self, request: CommitRequest) -> Submission:
-        commit = prepare(request)
-        session = self.session(commit.tenant_id, commit.session_id)
+        return (await self.commit_many([request]))[0]
+
+    async def commit_many(self, requests: Sequence[CommitRequest]) -> list[Submission]:
+        commits = [prepare(request) for request in requests]
+        if not commits:
+            return []
+        check_one_session(commits)
+        session = self.session(commits[0].tenant_id, commits[0].session_id)
+        # All or nothing, as the PostgreSQL transaction: undo on a refusal, listeners after.
+        count = len(session.events)
+        run = dataclasses.replace(session.run) if session.run is not None else None
+        try:
+            submissions = [self._apply(session, commit) for commit in commits]
+        except BaseException:
+            del session.events[count:]
+            for key in [k for k, (event, _) in session.keys.items() if event.seq > count]:
+                del session.keys[key]
+            session.run = run
+            raise
+        for event in session.events[count:]:
+            for listener in self.commit_listeners:
+                listener(event)
+        return submissions
+
+    def _apply(self, session: _Session, commit: PreparedCommit) -> Submission:
+        """One commit under the session's rules (keel_commit of migration 0031, in order)."""
         external = session.external
         closed = external is not None and external.status == ExternalStatus.CLOSED
         if check_class_gate(commit, external=external is not None, closed=closed):
@@ -162,8 +194,6 @@ class MemoryStore:
             session.keys[commit.dedupe_key] = (event, commit.digest)
         if commit.kind is Kind.USER_MESSAGE:
             self._owe_run(session, event.seq)
-        for listener in self.commit_listeners:
-            listener(event)
         return Submission(
             created=True,
             seq=event.seq,
@@ -182,7 +212,7 @@ class MemoryStore:
         )
 
     def _owe_run(self, session: _Session, seq: int) -> None:
-        """An input makes its session owe a run (append_event.sql's `owed` part)."""
+        """An input makes its session owe a run (keel_commit's upsert of the run row)."""
         run = session.run
         if run is None:
             session.run = _Run(last_input_seq=seq, updated=self.tick())

@@ -7,10 +7,13 @@ and memory (keel_stream.store.memory) for unit tests and embedding. One contract
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final, Protocol
 
+from keel_stream.errors import InvalidRequest
+from keel_stream.kernel.commits import PreparedCommit
 from keel_stream.kernel.status import RunStatus
 from keel_stream.kernel.types import CommitRequest, Event, LeaseToken, Submission
 
@@ -26,6 +29,7 @@ __all__ = [
     "Metering",
     "Runs",
     "Settlement",
+    "check_one_session",
 ]
 
 MAX_READ_LIMIT: Final = 1000
@@ -74,6 +78,13 @@ class Ledger(Protocol):
         """Validate and append one event, or return the original submission of a retry."""
         ...
 
+    async def commit_many(self, requests: Sequence[CommitRequest]) -> list[Submission]:
+        """Commit several events of ONE session in order, all or nothing, in one transaction:
+        each is what `commit` would have made of it in turn (a retry returns its original
+        submission); any refusal raises it and writes none of them. InvalidRequest if the
+        requests name more than one session."""
+        ...
+
     async def read_events(
         self, tenant_id: str, session_id: str, after: int = 0, limit: int = 100
     ) -> list[Event]:
@@ -83,6 +94,13 @@ class Ledger(Protocol):
     async def head(self, tenant_id: str, session_id: str) -> int:
         """The session's last committed seq (0 for an empty log)."""
         ...
+
+
+def check_one_session(commits: Sequence[PreparedCommit]) -> None:
+    """A batch commits to one session: one lock, one transaction, seqs in the batch's order."""
+    keys = {(commit.tenant_id, commit.session_id) for commit in commits}
+    if len(keys) > 1:
+        raise InvalidRequest(f"commit_many takes the commits of one session, got {len(keys)}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from keel_stream.errors import LeaseFenced
@@ -35,24 +36,38 @@ class SessionIO:
 
     async def commit(self, kind: Kind, payload: dict[str, Any]) -> Event:
         """Commit an owner-scoped fact under the claim's lease; Fenced if it is stale."""
+        (event,) = await self.commit_many([(kind, payload)])
+        return event
+
+    async def commit_many(self, facts: Sequence[tuple[Kind, dict[str, Any]]]) -> list[Event]:
+        """Commit several owner-scoped facts in order, all or nothing, in one round trip (a
+        turn's tool results); Fenced if the lease is stale, and then none is committed."""
         claim = self.claim
-        try:
-            submission = await self._ledger.commit(
-                CommitRequest(
-                    tenant_id=claim.tenant,
-                    session_id=claim.session,
-                    kind=kind.value,
-                    payload=payload,
-                    lease=claim.lease,
-                )
+        requests = [
+            CommitRequest(
+                tenant_id=claim.tenant,
+                session_id=claim.session,
+                kind=kind.value,
+                payload=payload,
+                lease=claim.lease,
             )
+            for kind, payload in facts
+        ]
+        try:
+            if len(requests) == 1:  # may share a group commit with other attempts' commits
+                submissions = [await self._ledger.commit(requests[0])]
+            else:
+                submissions = await self._ledger.commit_many(requests)
         except LeaseFenced as exc:
             raise Fenced(str(exc)) from exc
-        return Event(
-            tenant=claim.tenant,
-            session=claim.session,
-            seq=submission.seq,
-            kind=kind.value,
-            payload=payload,
-            committed_at=submission.committed_at,
-        )
+        return [
+            Event(
+                tenant=claim.tenant,
+                session=claim.session,
+                seq=submission.seq,
+                kind=kind.value,
+                payload=payload,
+                committed_at=submission.committed_at,
+            )
+            for (kind, payload), submission in zip(facts, submissions, strict=True)
+        ]
