@@ -1,10 +1,19 @@
-"""Publishing outbox rows to keel.events.v1 and telling which of them the broker acknowledged."""
+"""Publishing outbox rows to keel.events.v1 and telling which of them the broker acknowledged.
+
+Several batches can be published at once (the relay hands over the next batch while the
+previous one's acknowledgements are outstanding): each `publish` queues its records after those
+of every earlier call, in call order, then waits for its own acknowledgements. The first record
+that fails ends the publisher: nothing queued behind it is sent any more (its batches fail with
+the same error), so no later record of a session can land while an earlier one is to be sent
+again. The relay then opens a new publisher, which reads the topic's tail first.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping, Sequence
+import copy
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -14,6 +23,7 @@ from aiokafka.errors import KafkaTimeoutError
 from keel_stream.kafka.errors import idempotence_unsupported
 from keel_stream.kafka.records import EventRecordCodec, OutgoingRecord
 from keel_stream.kafka.tail import published_seqs
+from keel_stream.relay.batching import Partitioner, Queued, queue_records
 from keel_stream.relay.skip import PublishedTail
 from keel_stream.store.outbox import OutboxRow
 from keel_stream.topics.admin import apply_catalog
@@ -55,10 +65,10 @@ def acknowledged(
     return PublishResult(acked=acked, error=error)
 
 
-def _outcome(future: asyncio.Future[Any], timeout_s: float) -> object:
-    """A record's result: its metadata, its exception, or a timeout if it has neither yet."""
+def _outcome(future: asyncio.Future[Any]) -> object:
+    """A record's result: its metadata, its exception, or a timeout if it has neither."""
     if not future.done():
-        return KafkaTimeoutError(f"no acknowledgement within {timeout_s}s")
+        return KafkaTimeoutError("no acknowledgement, and the batch was not failed either")
     if future.cancelled():
         return KafkaTimeoutError("the record was cancelled before its acknowledgement")
     return future.exception() or future.result()
@@ -103,14 +113,18 @@ async def start_producer(
     return await _started(bootstrap, False, max_record_bytes), False
 
 
-def _record(row: OutboxRow, claim_check: Mapping[str, Any] | None) -> OutgoingRecord:
-    if claim_check is not None:
-        return EventRecordCodec.claim_check(
-            row.tenant, row.session, row.seq, row.kind, row.committed_at, claim_check
-        )
-    return EventRecordCodec.encode(
-        row.tenant, row.session, row.seq, row.kind, row.payload, row.committed_at
-    )
+def _records(
+    rows: Sequence[OutboxRow], claim_check: Mapping[str, Any] | None
+) -> Iterator[OutgoingRecord]:
+    for row in rows:
+        if claim_check is not None:
+            yield EventRecordCodec.claim_check(
+                row.tenant, row.session, row.seq, row.kind, row.committed_at, claim_check
+            )
+        else:
+            yield EventRecordCodec.encode(
+                row.tenant, row.session, row.seq, row.kind, row.payload, row.committed_at
+            )
 
 
 class Publisher:
@@ -132,6 +146,7 @@ class Publisher:
         idempotent: bool = False,
         tail: PublishedTail | None = None,
         ack_timeout_s: float = ACK_TIMEOUT_S,
+        max_record_bytes: int = EVENTS.max_message_bytes,
     ) -> None:
         self._bootstrap = bootstrap
         self._topic = topic
@@ -139,7 +154,13 @@ class Publisher:
         self.idempotent = idempotent
         self.tail = tail if tail is not None else PublishedTail()
         self._ack_timeout_s = ack_timeout_s
-        self._unsettled = False
+        self._max_record_bytes = max_record_bytes
+        self._partitioner = Partitioner()
+        self._queueing = asyncio.Lock()  # FIFO: calls queue their records in call order
+        self._ended: BaseException | None = None
+        """The failure that ended this publisher: nothing is queued after it."""
+        self._stopped = False
+        """Whether the producer's sender was stopped (and what it held failed)."""
 
     @classmethod
     async def open(
@@ -174,10 +195,12 @@ class Publisher:
             idempotent=idempotent,
             tail=tail,
             ack_timeout_s=ack_timeout_s,
+            max_record_bytes=max_record_bytes,
         )
 
     async def publish(self, rows: Sequence[OutboxRow]) -> PublishResult:
-        """Send rows in order and wait for the acknowledgements (up to the ack timeout)."""
+        """Send rows in order, after those of every earlier call, and wait for their
+        acknowledgements (up to the ack timeout)."""
         return await self._send(rows, None)
 
     async def publish_claim_check(
@@ -190,24 +213,46 @@ class Publisher:
     async def _send(
         self, rows: Sequence[OutboxRow], claim_check: Mapping[str, Any] | None
     ) -> PublishResult:
-        futures: list[asyncio.Future[Any]] = []
-        error: BaseException | None = None
-        try:
-            for row in rows:
-                record = _record(row, claim_check)
-                futures.append(
-                    await self._producer.send(
-                        self._topic, value=record.value, key=record.key, headers=record.headers
-                    )
-                )
-        except Exception as exc:  # noqa: BLE001 - a failed send ends the batch; acks count
-            error = exc
-        if futures:
-            _, late = await asyncio.wait(futures, timeout=self._ack_timeout_s)
-            for future in late:  # failed when the publisher closes; nobody waits any more
-                future.add_done_callback(_retrieved)
-            self._unsettled = self._unsettled or bool(late)
-        return acknowledged([_outcome(f, self._ack_timeout_s) for f in futures], error)
+        async with self._queueing:
+            if self._ended is not None:
+                return PublishResult(acked=0, error=copy.copy(self._ended))
+            queued = await queue_records(
+                self._producer,
+                self._topic,
+                _records(rows, claim_check),
+                self._partitioner,
+                self._max_record_bytes,
+                self._settled,
+            )
+            if queued.error is not None:
+                # Nothing after a record that could not be queued: the ones before it go.
+                self._ended = queued.error
+        return await self._acknowledged(queued)
+
+    async def _acknowledged(self, queued: Queued) -> PublishResult:
+        if queued.futures:
+            _, late = await asyncio.wait(queued.futures, timeout=self._ack_timeout_s)
+            if late:
+                self._end(KafkaTimeoutError(f"no acknowledgement within {self._ack_timeout_s}s"))
+                await asyncio.wait(late, timeout=_STOP_TIMEOUT_S)  # failed by _end, at once
+        outcomes = [_outcome(queued.futures[slot]) for slot in queued.owners]
+        return acknowledged(outcomes, queued.error)
+
+    def _settled(self, future: asyncio.Future[Any]) -> None:
+        # A batch's callback runs before the producer's sender takes another batch (the sender
+        # is woken by callbacks scheduled after this one), so nothing queued behind a failed
+        # batch is sent.
+        error = None if future.cancelled() else future.exception()
+        if error is not None:
+            self._end(error)
+
+    def _end(self, error: BaseException) -> None:
+        """Stop sending: every batch the producer still holds fails with the first error."""
+        if self._ended is None:
+            self._ended = error
+        if not self._stopped:
+            self._stopped = True
+            _stop_sending(self._producer, self._ended)
 
     async def close(self) -> None:
         """Stop the producer.
@@ -218,8 +263,8 @@ class Publisher:
         next publisher's tail read.
         """
         try:
-            if self._unsettled:
-                await _abandon_batches(self._producer)
+            if self._stopped:
+                await _sender_finished(self._producer)
             await asyncio.wait_for(self._producer.stop(), _STOP_TIMEOUT_S)
         except BaseException:
             with contextlib.suppress(Exception):
@@ -227,17 +272,25 @@ class Publisher:
             raise
 
 
-async def _abandon_batches(producer: AIOKafkaProducer) -> None:
-    """End the producer's sender (it lets the requests in flight finish) and fail every batch
-    it still holds. aiokafka 0.14 has no public way to do this; it is pinned, and
-    tests/integration/test_relay_exactly_once.py covers this path."""
+def _stop_sending(producer: AIOKafkaProducer, error: BaseException) -> None:
+    """End the producer's sender (it lets the requests in flight finish, and takes no new batch)
+    and fail every batch it still holds with `error`. aiokafka 0.14 has no public way to do
+    this; it is pinned, and tests/integration/test_relay_exactly_once.py covers this path."""
     sender = producer._sender.sender_task
     if sender is not None and not sender.done():
         sender.cancel()
-        await asyncio.wait([sender], timeout=_STOP_TIMEOUT_S)
     accumulator = producer._message_accumulator
     held = [b for queue in accumulator._batches.values() for b in queue]
     held += list(accumulator._pending_batches)
-    accumulator.fail_all(KafkaTimeoutError("the publisher gave up on it"))
+    accumulator.fail_all(error)
     for batch in held:  # nobody waits on them any more: keep asyncio from reporting them
         _retrieved(batch._drain_waiter)
+
+
+async def _sender_finished(producer: AIOKafkaProducer) -> None:
+    """Wait (within a bound) for the ended sender's requests in flight to come back."""
+    sender = producer._sender.sender_task
+    if sender is not None and not sender.done():
+        await asyncio.wait([sender], timeout=_STOP_TIMEOUT_S)
+    if sender is not None:
+        _retrieved(sender)  # it may end with the error of a retry that found its batch failed

@@ -59,9 +59,14 @@ class Refusals:
     details: dict[str, Any] = field(default_factory=dict)
     """What the claim check says about the refusal."""
 
+    @property
+    def sorting_out(self) -> bool:
+        """Whether a refused row is being sorted out (sent alone, or as its claim check)."""
+        return self.alone is not None or self.stand_in is not None
+
     def batch_size(self, usual: int) -> int:
         """Rows to fetch: one while a refused row is being sorted out."""
-        return usual if self.alone is None and self.stand_in is None else 1
+        return 1 if self.sorting_out else usual
 
     def claim_check_for(self, rows: list[OutboxRow]) -> dict[str, Any] | None:
         """The claim check's details when the fetched rows are the refused row alone."""

@@ -6,6 +6,13 @@ connection ends. The active relay wakes on NOTIFY, polls as a fallback, publishe
 deletes a row only after the broker acknowledged it. When the broker is down, commits go on
 succeeding: the backlog waits in PostgreSQL and drains in order when the broker returns.
 
+Batches are pipelined (keel_stream.relay.pipeline): the next batch is fetched, past the rows in
+flight, and handed to the producer while up to `batches_in_flight` earlier ones await their
+acknowledgements; they are settled (acknowledged rows deleted) in the order they were handed
+over. A session's records go to one partition, in order: the producer never reorders a
+partition's batches, and its first failed record ends the publisher, so nothing queued behind it
+lands (keel_stream.relay.publisher).
+
 Each event reaches the topic once: the producer is idempotent where the broker offers it (a batch
 the client retries is not written twice), and every time the relay (re)opens its publisher -- on
 becoming active, and after a failed batch -- it first reads the topic's tail and deletes, without
@@ -28,20 +35,27 @@ import contextlib
 import os
 import socket
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-from structlog.stdlib import BoundLogger
 
 from keel_stream.errors import StoreError
 from keel_stream.logs import get_logger
 from keel_stream.relay import metrics
+from keel_stream.relay.accounting import acknowledged_rows, claim_checked, measure_backlog
+from keel_stream.relay.heap import freeze_startup_heap
+from keel_stream.relay.pipeline import Pipeline
 from keel_stream.relay.publisher import Publisher, PublishResult
 from keel_stream.relay.refusals import Refusals
 from keel_stream.relay.retry import Retrying, RetryPolicy
 from keel_stream.relay.skip import tail_depth
-from keel_stream.store.outbox import Outbox, OutboxRow, PostgresOutbox, Shard, ShardConnection
+from keel_stream.store.outbox import (
+    Outbox,
+    OutboxRow,
+    PipelinedShard,
+    PostgresOutbox,
+    Shard,
+    ShardConnection,
+)
 from keel_stream.topics.catalog import EVENTS
 
 __all__ = ["Relay", "RelayConfig", "delete_acknowledged"]
@@ -62,9 +76,14 @@ class RelayConfig:
     poll_interval_s: float = 1.0
     relay_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    batches_in_flight: int = 3
+    """Batches handed to the producer and not yet deleted, at most (1: each batch's
+    acknowledgements and delete are awaited before the next is fetched). Over a shard connection
+    that cannot fetch past rows in flight (PipelinedShard), 1."""
     tail_depth: int | None = None
     """Records per partition read back from the topic's tail before publishing (0: none, so no
-    row is ever skipped); None: batch_size times the shard count (see relay.skip.tail_depth)."""
+    row is ever skipped); None: batch_size times batches_in_flight times the shard count (see
+    relay.skip.tail_depth)."""
     max_record_bytes: int = EVENTS.max_message_bytes
     """The producer refuses a larger record (it goes out as a claim check): the catalog's
     max.message.bytes of the events topic."""
@@ -76,31 +95,10 @@ async def delete_acknowledged(
     """Delete from the outbox the rows of a batch the broker acknowledged (the first
     `result.acked`, in outbox order) and return them; the rest stay, to be fetched and sent
     again, from the first of them, in order."""
-    acked = list(rows[: result.acked])
+    acked = acknowledged_rows(rows, result)
     if acked:
         await shard.acknowledge([r.id for r in acked])
-        now = time.time()
-        for row in acked:
-            metrics.PUBLISH_LATENCY.observe(max(0.0, now - row.committed_at.timestamp()))
-        metrics.PUBLISHED.inc(len(acked))
     return acked
-
-
-async def _measure_backlog(shard: ShardConnection) -> None:
-    backlog = await shard.backlog()
-    metrics.BACKLOG.set(backlog.events)
-    metrics.OLDEST_AGE.set(backlog.oldest_s)
-
-
-def _claim_checked(log: BoundLogger, row: OutboxRow, details: Mapping[str, Any]) -> None:
-    metrics.CLAIM_CHECKED.inc()
-    log.warning(
-        "published a claim check in place of a refused event",
-        tenant=row.tenant,
-        session=row.session,
-        seq=row.seq,
-        **details,
-    )
 
 
 async def _wait(event: asyncio.Event, seconds: float) -> None:
@@ -168,37 +166,160 @@ class Relay:
     async def _lead(self, shard: ShardConnection, stop: asyncio.Event) -> None:
         wake = await shard.commit_wake_ups()
         publisher: Publisher | None = None
+        pipeline = Pipeline()
         broker = Retrying(self._config.retry, self._log)
         measured = float("-inf")
+        more = True  # rows may wait that no wake-up announces: fetch without waiting for one
         try:
             while not stop.is_set():
                 if time.monotonic() - measured >= _BACKLOG_REFRESH_S:
                     # Before anything that needs the broker: true during an outage too.
-                    await _measure_backlog(shard)
+                    await measure_backlog(shard)
                     measured = time.monotonic()
                 if publisher is None:
                     # Opened before the first batch needs it, so events wait on no handshake.
                     publisher = await self._open_publisher(broker, stop)
+                    if publisher is not None:
+                        freeze_startup_heap()
+                    more = True
                     continue
-                wake.clear()
-                rows = await shard.fetch(self._refusals.batch_size(self._config.batch_size))
-                if not rows:
-                    broker.succeeded()  # nothing pending: no failure is going on
-                    publisher.tail.forget()  # no row left that the tail could hold
-                    await _wait(wake, self._config.poll_interval_s)
+                failure = await self._settle(pipeline, broker, wait=False)
+                if failure is not None:
+                    await self._recover(shard, publisher, pipeline, broker, failure, stop)
+                    publisher = None
                     continue
-                failure = await self._publish(shard, publisher, rows)
-                if failure is None:
-                    broker.succeeded()
+                # Draining a backlog, the next fetch deletes what was acknowledged (one round
+                # trip a batch); else it is deleted beside, so no fetch waits for its commit.
+                ride = more and isinstance(shard, PipelinedShard)
+                if not ride:
+                    await self._delete_acknowledged(shard, pipeline)
+                room = pipeline.slots_after(delete=ride) < self._slots(shard)
+                if room and (more or wake.is_set()):
+                    wake.clear()
+                    fetched, more = await self._hand_over(shard, publisher, pipeline, ride)
+                    if fetched:
+                        continue
+                if pipeline or not room:
+                    await pipeline.wait(wake if room else None)
                     continue
-                await self._close(publisher)
-                publisher = None
-                error, refused = failure
-                if not refused:  # a refused record is sent alone or as its claim check next
-                    await _wait(stop, broker.delay_after(error, "publish"))
+                broker.succeeded()  # nothing pending: no failure is going on
+                publisher.tail.forget()  # the outbox held nothing the tail could hold
+                await _wait(wake, self._config.poll_interval_s)
+                more = True
+            if publisher is not None:  # stopping: what is in flight is settled first
+                await self._settle(pipeline, broker, wait=True)
+                await self._deleted(shard, pipeline)
         finally:
+            pipeline.cancel()
             if publisher is not None:
                 await self._close(publisher)
+
+    async def _recover(
+        self,
+        shard: ShardConnection,
+        publisher: Publisher,
+        pipeline: Pipeline,
+        broker: Retrying,
+        failure: tuple[BaseException, bool],
+        stop: asyncio.Event,
+    ) -> None:
+        """After a failed batch: delete what was acknowledged before it, wait for the batches
+        after it (their rows stay), close the publisher and back off unless it was a refusal."""
+        await self._deleted(shard, pipeline)
+        await pipeline.abandon()
+        await self._close(publisher)
+        error, refused = failure
+        if not refused:  # a refused record is sent alone or as its claim check next
+            await _wait(stop, broker.delay_after(error, "publish"))
+
+    def _slots(self, shard: ShardConnection) -> int:
+        """How many batches may be handed over and not deleted now: one while a refused row is
+        sorted out."""
+        if not isinstance(shard, PipelinedShard) or self._refusals.sorting_out:
+            return 1
+        return max(1, self._config.batches_in_flight)
+
+    async def _hand_over(
+        self, shard: ShardConnection, publisher: Publisher, pipeline: Pipeline, ride: bool
+    ) -> tuple[int, bool]:
+        """Fetch the next batch, past the ones handed over and not deleted yet (with `ride`,
+        deleting the rows acknowledged in the same statement), delete what the topic holds
+        already and hand the rest to the publisher; how many rows were fetched, and whether as
+        many as asked for (more may be waiting)."""
+        limit = self._refusals.batch_size(self._config.batch_size)
+        if isinstance(shard, PipelinedShard):
+            excluding = pipeline.ids
+            deleting = pipeline.to_delete() if ride else []
+            rows = await shard.fetch_excluding(limit, excluding, deleting)
+        else:
+            rows = await shard.fetch(limit)
+        if rows and not pipeline:
+            self._refusals.fetched(rows[0].id)  # the outbox's first row
+        fetched = len(rows)
+        found, rows = publisher.tail.split(rows)
+        if found:
+            await shard.acknowledge([r.id for r in found])
+            metrics.SKIPPED.inc(len(found))
+            self._log.info("on the topic already; not sent again", rows=len(found))
+            self._refusals.published(found)
+        if rows:
+            claim_check = self._refusals.claim_check_for(rows)
+            if claim_check is None:
+                pipeline.add(rows, None, publisher.publish(rows))
+            else:
+                stand_in = publisher.publish_claim_check(rows[0], claim_check)
+                pipeline.add(rows, claim_check, stand_in)
+        return fetched, fetched >= limit
+
+    async def _delete_acknowledged(self, shard: ShardConnection, pipeline: Pipeline) -> None:
+        """Start deleting the rows acknowledged (beside the fetches where the shard connection
+        can; else now)."""
+        if isinstance(shard, PipelinedShard):
+            pipeline.delete_aside(shard.acknowledge_aside)
+            return
+        ids = pipeline.to_delete()
+        if ids:
+            await shard.acknowledge(ids)
+
+    async def _deleted(self, shard: ShardConnection, pipeline: Pipeline) -> None:
+        """Delete every row acknowledged, and wait until they are deleted."""
+        await pipeline.deleted()
+        await self._delete_acknowledged(shard, pipeline)
+        await pipeline.deleted()
+
+    async def _settle(
+        self, pipeline: Pipeline, broker: Retrying, *, wait: bool
+    ) -> tuple[BaseException, bool] | None:
+        """Settle the batches at the head of the pipeline that have their outcome (with `wait`,
+        every batch): their acknowledged rows are to be deleted. If one stopped short, why, and
+        whether that was a refusal of the record."""
+        while pipeline and (wait or pipeline.oldest_settled):
+            batch, result = await pipeline.settle_oldest()
+            rows, claim_check = batch.rows, batch.claim_check
+            self._log.debug("published", rows=len(rows), acked=result.acked)
+            acked = acknowledged_rows(rows, result)
+            pipeline.delete_later(acked)
+            self._refusals.published(acked)
+            if claim_check is not None and acked:
+                claim_checked(self._log, acked[0], claim_check)
+            if result.error is not None:
+                return self._failed(rows, result, len(acked), claim_check is not None)
+            broker.succeeded()
+        return None
+
+    def _failed(
+        self, rows: list[OutboxRow], result: PublishResult, acked: int, claim_check: bool
+    ) -> tuple[BaseException, bool]:
+        assert result.error is not None
+        metrics.FAILURES.inc()
+        refused = self._refusals.refused(rows, result.acked, result.error, claim_check=claim_check)
+        self._log.warning(
+            "record refused; sending it alone" if refused else "publish failed; will resend",
+            acked=acked,
+            pending=len(rows) - acked,
+            error=repr(result.error),
+        )
+        return result.error, refused
 
     async def _open_publisher(self, broker: Retrying, stop: asyncio.Event) -> Publisher | None:
         """A connected publisher that has read the topic's tail; None after a transient failure
@@ -211,7 +332,12 @@ class Relay:
                 self._topic,
                 config.topic_prefix,
                 try_idempotent=self._idempotent is not False,
-                tail_depth=tail_depth(config.batch_size, config.shard.count, config.tail_depth),
+                tail_depth=tail_depth(
+                    config.batch_size,
+                    config.shard.count,
+                    config.tail_depth,
+                    config.batches_in_flight,
+                ),
                 max_record_bytes=config.max_record_bytes,
             )
         except Exception as exc:  # noqa: BLE001 - classified in delay_after, which re-raises
@@ -231,45 +357,6 @@ class Relay:
             seconds=round(time.monotonic() - started, 3),
         )
         return publisher
-
-    async def _publish(
-        self, shard: ShardConnection, publisher: Publisher, rows: list[OutboxRow]
-    ) -> tuple[BaseException, bool] | None:
-        """Delete what the topic holds already, publish the rest (or a refused row's claim
-        check) and delete what was acknowledged; if it stopped short, why, and whether that was
-        a refusal of the record."""
-        self._refusals.fetched(rows[0].id)
-        found, rows = publisher.tail.split(rows)
-        if found:
-            await shard.acknowledge([r.id for r in found])
-            metrics.SKIPPED.inc(len(found))
-            self._log.info("on the topic already; not sent again", rows=len(found))
-            self._refusals.published(found)
-        if not rows:
-            return None
-        claim_check = self._refusals.claim_check_for(rows)
-        if claim_check is None:
-            result = await publisher.publish(rows)
-        else:
-            result = await publisher.publish_claim_check(rows[0], claim_check)
-        self._log.debug("published", rows=len(rows), acked=result.acked)
-        acked = await delete_acknowledged(shard, rows, result)
-        self._refusals.published(acked)
-        if claim_check is not None and acked:
-            _claim_checked(self._log, acked[0], claim_check)
-        if result.error is None:
-            return None
-        metrics.FAILURES.inc()
-        refused = self._refusals.refused(
-            rows, result.acked, result.error, claim_check=claim_check is not None
-        )
-        self._log.warning(
-            "record refused; sending it alone" if refused else "publish failed; will resend",
-            acked=len(acked),
-            pending=len(rows) - len(acked),
-            error=repr(result.error),
-        )
-        return result.error, refused
 
     async def _close(self, publisher: Publisher) -> None:
         try:

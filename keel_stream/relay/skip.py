@@ -22,17 +22,20 @@ from keel_stream.store.outbox import OutboxRow
 __all__ = ["PublishedTail", "tail_depth"]
 
 
-def tail_depth(batch_size: int, shards: int, configured: int | None = None) -> int:
-    """Records to read back per partition: the configured depth, else one batch per shard.
+def tail_depth(
+    batch_size: int, shards: int, configured: int | None = None, in_flight: int = 1
+) -> int:
+    """Records to read back per partition: the configured depth, else the batches a relay can
+    have in flight, per shard.
 
-    A relay has at most one batch published and not deleted (it waits for every acknowledgement
-    before fetching the next), and one batch can land in a single partition. With several
-    shards the other shards' relays write to the same partitions meanwhile, so their batches
-    count too.
+    A relay has at most `in_flight` batches published and not deleted (it fetches the next batch
+    only while fewer are awaiting their acknowledgements or their delete), and they can all land
+    in a single partition. With several shards the other shards' relays write to the same
+    partitions meanwhile, so their batches count too.
     """
     if configured is not None:
         return max(0, configured)
-    return batch_size * max(1, shards)
+    return batch_size * max(1, in_flight) * max(1, shards)
 
 
 class PublishedTail:

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, runtime_checkable
 
 import asyncpg
 
@@ -28,6 +28,7 @@ __all__ = [
     "Backlog",
     "Outbox",
     "OutboxRow",
+    "PipelinedShard",
     "PostgresOutbox",
     "RepublishReport",
     "Shard",
@@ -96,6 +97,26 @@ class ShardConnection(Protocol):
         ...
 
 
+@runtime_checkable
+class PipelinedShard(Protocol):
+    """A shard connection that fetches past the rows a relay has in flight (so the relay can
+    fetch and send its next batch while the previous ones await their acknowledgements), and
+    deletes acknowledged rows beside it (so a fetch never waits for a delete's commit)."""
+
+    async def fetch_excluding(
+        self, limit: int, excluding: Sequence[int], deleting: Sequence[int] = ()
+    ) -> list[OutboxRow]:
+        """As ShardConnection.fetch, without the rows of `excluding` (outbox ids), after
+        deleting the rows of `deleting` (acknowledged, and in `excluding` too) in the same
+        statement."""
+        ...
+
+    async def acknowledge_aside(self, ids: Sequence[int]) -> None:
+        """As ShardConnection.acknowledge, over a second connection of the shard's (opened on
+        first use, closed with the shard's): it may run while this one fetches."""
+        ...
+
+
 class Outbox(Protocol):
     """What the relay and the republish path ask of the outbox."""
 
@@ -138,10 +159,27 @@ class _Dedicated:
         await conn.close(timeout=_CLOSE_TIMEOUT_S)
 
 
+def _rows(records: list[asyncpg.Record]) -> list[OutboxRow]:
+    return [
+        OutboxRow(
+            id=r["id"],
+            tenant=r["tenant_id"],
+            session=r["session_id"],
+            seq=r["seq"],
+            kind=r["kind"],
+            payload=r["payload"],
+            committed_at=r["committed_at"],
+        )
+        for r in records
+    ]
+
+
 class _PostgresShard:
-    def __init__(self, conn: asyncpg.Connection, shard: Shard) -> None:
+    def __init__(self, conn: asyncpg.Connection, shard: Shard, connections: _Connections) -> None:
         self._conn = conn
         self._shard = shard
+        self._connections = connections
+        self._aside: asyncpg.Connection | None = None
 
     async def try_lead(self) -> bool:
         async with translated("take the relay lock"):
@@ -155,18 +193,39 @@ class _PostgresShard:
             rows = await self._conn.fetch(
                 query("relay_fetch_batch"), limit, self._shard.count, self._shard.index
             )
-        return [
-            OutboxRow(
-                id=r["id"],
-                tenant=r["tenant_id"],
-                session=r["session_id"],
-                seq=r["seq"],
-                kind=r["kind"],
-                payload=r["payload"],
-                committed_at=r["committed_at"],
+        return _rows(rows)
+
+    async def fetch_excluding(
+        self, limit: int, excluding: Sequence[int], deleting: Sequence[int] = ()
+    ) -> list[OutboxRow]:
+        async with translated("fetch outbox batch"):
+            rows = await self._conn.fetch(
+                query("relay_fetch_batch_excluding"),
+                limit,
+                self._shard.count,
+                self._shard.index,
+                list(excluding),
+                list(deleting),
             )
-            for r in rows
-        ]
+        return _rows(rows)
+
+    async def acknowledge_aside(self, ids: Sequence[int]) -> None:
+        if self._aside is None:
+            async with translated("delete published outbox rows: connect"):
+                self._aside = await self._connections.open()
+        async with translated("delete published outbox rows"):
+            await self._aside.execute(query("relay_delete_published"), list(ids))
+
+    async def close_aside(self, failed: bool) -> None:
+        """Close the second connection, if it was opened (dropped when the shard's failed)."""
+        aside, self._aside = self._aside, None
+        if aside is None:
+            return
+        if failed or aside.is_in_transaction():
+            aside.terminate()
+            return
+        async with translated("delete published outbox rows: close"):
+            await self._connections.close(aside)
 
     async def acknowledge(self, ids: Sequence[int]) -> None:
         async with translated("delete published outbox rows"):
@@ -221,7 +280,13 @@ class PostgresOutbox:
     @asynccontextmanager
     async def shard(self, shard: Shard) -> AsyncIterator[ShardConnection]:
         async with self._held(f"relay shard {shard.index}") as conn:
-            yield _PostgresShard(conn, shard)
+            connection = _PostgresShard(conn, shard, self._connections)
+            try:
+                yield connection
+            except BaseException:
+                await connection.close_aside(failed=True)
+                raise
+            await connection.close_aside(failed=False)
 
     async def republish(
         self, *, tenant: str | None = None, session: str | None = None, after_seq: int = 0
