@@ -1,26 +1,32 @@
 """Replay-from-zero throughput of each projection's rebuild, against a bare consumer.
 
-    python -m benchmarks.replay [--events 100000] [--sessions 100]
+    python -m benchmarks.replay [--events 100000] [--sessions 100] [--profile DIR]
 
 Loads the ledger in bulk (alternating user and assistant messages), publishes the same events to
-a fresh keel.events.v1 with a bare producer, then measures in the same run: a bare aiokafka
-consumer reading and JSON-decoding the whole topic (the baseline), and `rebuild` of each
-projection (fold in memory, one row per session per flush, ledger leveling, switch).
-Last line: one JSON object with events/s per projection, `ratio_vs_consumer` and peak RSS.
+a fresh keel.events.v1 with a bare producer, then measures, for each projection in turn: a bare
+aiokafka consumer reading and JSON-decoding the whole topic (its baseline, read just before it so
+that the load of a shared machine weighs on both alike), and `rebuild` of the projection (decode,
+fold in memory, flushes in the background, a transcript's entries with COPY, ledger leveling,
+switch), with the CPU seconds of each. `--profile DIR` writes a pyinstrument report per rebuild
+(those rates are the profiler's). Last line: one JSON object with the figures, the load average,
+peak RSS and, last, `ratio_vs_consumer` per projection.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import resource
 import secrets
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 import asyncpg
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from pyinstrument import Profiler
 
 from benchmarks.servers import kafka, postgres, scratch_database
 from keel_stream.kafka.partitions import topic_partitions
@@ -112,37 +118,69 @@ async def bare_consumer(bootstrap: str, topic: str, expected: int) -> float:
         await consumer.stop()
 
 
+async def measure(
+    pool: asyncpg.Pool, bootstrap: str, prefix: str, sent: int, profile: str | None
+) -> dict[str, dict[str, float]]:
+    """Per projection: the bare consumer read just before it (its baseline, so load that
+    drifts during the run is in both), then its rebuild; wall rates and CPU seconds of each."""
+    topic = EVENTS.full_name(prefix)
+    figures: dict[str, dict[str, float]] = {}
+    for projection in ALL:
+        cpu = time.process_time()
+        baseline = await bare_consumer(bootstrap, topic, sent)
+        baseline_cpu = time.process_time() - cpu
+        profiler = Profiler(async_mode="enabled") if profile else None
+        if profiler is not None:
+            profiler.start()
+        cpu = time.process_time()
+        report = await rebuild(
+            PostgresProjectionStore(pool), bootstrap, projection.name, topic_prefix=prefix
+        )
+        rebuild_cpu = time.process_time() - cpu
+        if profiler is not None and profile is not None:
+            profiler.stop()
+            path = Path(profile) / f"replay-{projection.name}.txt"
+            path.write_text(profiler.output_text(unicode=True, show_all=False))
+        rate = report.events / report.seconds
+        figures[projection.name] = {
+            "events_per_s": rate,
+            "consumer_events_per_s": baseline,
+            "ratio": rate / baseline,
+            "rebuild_cpu_s": rebuild_cpu,
+            "consumer_cpu_s": baseline_cpu,
+        }
+        print(
+            f"rebuild {projection.name:<11} {rate:10,.0f} events/s ({report.seconds:.2f} s, "
+            f"{rebuild_cpu:.2f} s CPU); bare consumer {baseline:10,.0f} events/s "
+            f"({baseline_cpu:.2f} s CPU): {rate / baseline:.3f}"
+        )
+    return figures
+
+
 async def run(args: argparse.Namespace, dsn: str, bootstrap: str) -> dict[str, object]:
     prefix = f"replay_{secrets.token_hex(3)}."
     await apply_catalog(bootstrap, prefix)
-    topic = EVENTS.full_name(prefix)
     async with scratch_database(dsn) as bench_dsn:
         pool = await create_pool(bench_dsn, max_size=4)
         try:
             await load_ledger(pool, args.events, args.sessions)
-            sent = await publish_ledger(pool, bootstrap, topic)
-            baseline = await bare_consumer(bootstrap, topic, sent)
-            rates: dict[str, float] = {}
-            for projection in ALL:
-                report = await rebuild(
-                    PostgresProjectionStore(pool), bootstrap, projection.name, topic_prefix=prefix
-                )
-                rates[projection.name] = report.events / report.seconds
-                print(
-                    f"rebuild {projection.name:<11} {rates[projection.name]:10,.0f} events/s"
-                    f"  ({report.events} events, {report.seconds:.1f}s)"
-                )
+            sent = await publish_ledger(pool, bootstrap, EVENTS.full_name(prefix))
+            figures = await measure(pool, bootstrap, prefix, sent, args.profile)
         finally:
             await pool.close()
-    print(f"bare consumer         {baseline:10,.0f} events/s")
     return {
         "events": sent,
         "sessions": args.sessions,
-        "consumer_events_per_s": round(baseline),
-        **{f"{name}_events_per_s": round(rate) for name, rate in rates.items()},
-        "ratio_vs_consumer": {name: round(rate / baseline, 3) for name, rate in rates.items()},
+        **{
+            f"{name}_{key}": round(value, 3) if key.endswith("cpu_s") else round(value)
+            for name, f in figures.items()
+            for key, value in f.items()
+            if key != "ratio"
+        },
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
         "measured_at": datetime.now(UTC).isoformat(),
+        "ratio_vs_consumer": {name: round(f["ratio"], 3) for name, f in figures.items()},
     }
 
 
@@ -150,6 +188,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--sessions", type=int, default=100)
+    parser.add_argument(
+        "--profile", default=None, help="a directory for a pyinstrument report per rebuild"
+    )
     args = parser.parse_args()
     with postgres() as dsn, kafka() as bootstrap:
         result = asyncio.run(run(args, dsn, bootstrap))

@@ -11,10 +11,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
+import orjson
+
 from keel_stream.projections.base import EventLike
 from keel_stream.topics.records import SseFrame
 
-__all__ = ["SSE", "SseProjection", "SseState", "render_frame"]
+__all__ = ["SSE", "SseProjection", "SseState", "frame_json", "render_frame"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,26 +24,45 @@ class SseState:
     frames: int = 0
 
 
+def _stamp(committed_at: datetime | str) -> str:
+    if isinstance(committed_at, str):
+        return committed_at
+    return committed_at.isoformat().replace("+00:00", "Z")  # as the events topic writes it
+
+
+def _data(event: EventLike, committed_at: datetime | str) -> dict[str, Any]:
+    return {
+        "tenant": event.tenant,
+        "session": event.session,
+        "seq": event.seq,
+        "kind": event.kind,
+        "payload": dict(event.payload),
+        "committedAt": _stamp(committed_at),
+    }
+
+
 def render_frame(event: EventLike, committed_at: datetime | str) -> SseFrame:
     """The frame of one event; `data` is the event exactly as keel.events.v1 carries it."""
-    if isinstance(committed_at, str):
-        stamp = committed_at
-    else:  # as the events topic writes it (UTC, with Z)
-        stamp = committed_at.isoformat().replace("+00:00", "Z")
     return SseFrame(
         tenant=event.tenant,
         session=event.session,
         id=event.seq,
         event=event.kind,
-        data={
-            "tenant": event.tenant,
-            "session": event.session,
-            "seq": event.seq,
-            "kind": event.kind,
-            "payload": dict(event.payload),
-            "committedAt": stamp,
-        },
+        data=_data(event, committed_at),
     )
+
+
+def frame_json(event: EventLike, committed_at: datetime | str) -> bytes:
+    """`render_frame(event, committed_at).model_dump_json()`, without building the model: the
+    live projector renders every event."""
+    frame = {
+        "tenant": event.tenant,
+        "session": event.session,
+        "id": event.seq,
+        "event": event.kind,
+        "data": _data(event, committed_at),
+    }
+    return orjson.dumps(frame)
 
 
 class SseProjection:

@@ -16,7 +16,7 @@ starts at `firstKeptSeq`; waiting inputs were never presented and stay waiting.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -25,7 +25,7 @@ from keel_stream.kernel.validation import tool_call_blocks
 from keel_stream.kernel.vocabulary import Kind
 from keel_stream.projections.base import EventLike
 
-__all__ = ["TRANSCRIPT", "TranscriptProjection", "TranscriptState"]
+__all__ = ["TRANSCRIPT", "TranscriptProjection", "TranscriptState", "calls_of", "message_of"]
 
 Entry = Mapping[str, Any]
 
@@ -65,77 +65,132 @@ class _Builder:
 
     def place_inputs(self, input_seqs: object) -> None:
         """Move the waiting inputs an answer was given into the context, before that answer."""
-        if isinstance(input_seqs, list):
+        if not isinstance(input_seqs, list):
+            self.context.extend(self.waiting)
+            self.waiting = []
+        elif self.waiting:
             listed = set(input_seqs)
-            placed = [m for m in self.waiting if m["seq"] in listed]
-            self.waiting = [m for m in self.waiting if m["seq"] not in listed]
-        else:
-            placed, self.waiting = self.waiting, []
-        self.context.extend(placed)
+            kept: list[Entry] = []
+            for m in self.waiting:
+                (self.context if m["seq"] in listed else kept).append(m)
+            self.waiting = kept
+
+
+def _user_message(entry: Entry) -> Entry:
+    return {"role": "user", "seq": entry["seq"], "content": entry["text"]}
+
+
+def _assistant_message(entry: Entry) -> Entry:
+    return {
+        "role": "assistant",
+        "seq": entry["seq"],
+        "content": entry["content"],
+        "stopReason": entry["stopReason"],
+    }
+
+
+def _tool_result_message(entry: Entry) -> Entry:
+    return {
+        "role": "toolResult",
+        "seq": entry["seq"],
+        "toolCallId": entry["toolCallId"],
+        "toolName": entry["toolName"],
+        "content": entry["content"],
+        "isError": entry["isError"],
+    }
+
+
+def _summary_message(entry: Entry) -> Entry:
+    return {"role": "summary", "seq": entry["seq"], "content": entry["summary"]}
+
+
+_MESSAGES: Final[Mapping[str, Callable[[Entry], Entry]]] = {
+    Kind.USER_MESSAGE: _user_message,
+    Kind.ASSISTANT_MESSAGE: _assistant_message,
+    Kind.TOOL_RESULT: _tool_result_message,
+    Kind.COMPACTION: _summary_message,
+}
+
+
+def message_of(entry: Entry) -> Entry:
+    """The context message of a transcript entry: every context message is one entry's (the
+    entry with its seq, built by the same function as the fold builds it), which is what lets
+    the stored context name entries instead of copying them (projections.transcript_rows)."""
+    build = _MESSAGES.get(entry["kind"])
+    if build is None:
+        raise ValueError(f"a {entry['kind']} entry has no context message")
+    return build(entry)
+
+
+def calls_of(entries: Iterable[Entry]) -> dict[str, str]:
+    """toolCallId -> tool name over the assistant entries, as the fold pairs them (the last
+    call of an id wins)."""
+    calls: dict[str, str] = {}
+    for entry in entries:
+        if entry["kind"] == Kind.ASSISTANT_MESSAGE:
+            for block in tool_call_blocks(entry):
+                calls[str(block["id"])] = str(block["name"])
+    return calls
 
 
 def _user(t: _Builder, event: EventLike) -> None:
     p = event.payload
-    t.entries.append(
-        {
-            "seq": event.seq,
-            "kind": event.kind,
-            "text": p.get("text"),
-            "delivery": p.get("delivery", "queue"),
-            "requestId": p.get("requestId"),
-        }
-    )
-    t.waiting.append({"role": "user", "seq": event.seq, "content": p.get("text")})
+    entry = {
+        "seq": event.seq,
+        "kind": event.kind,
+        "text": p.get("text"),
+        "delivery": p.get("delivery", "queue"),
+        "requestId": p.get("requestId"),
+    }
+    t.entries.append(entry)
+    t.waiting.append(_user_message(entry))
 
 
 def _assistant(t: _Builder, event: EventLike) -> None:
     p = event.payload
     failed = is_terminal_failure(p)
-    for block in tool_call_blocks(p):
-        t.calls[str(block["id"])] = str(block["name"])
-    t.entries.append(
-        {
-            "seq": event.seq,
-            "kind": event.kind,
-            "content": p.get("content", []),
-            "stopReason": p.get("stopReason"),
-            "inputSeqs": p.get("inputSeqs"),
-            "failed": failed,
-        }
-    )
+    content = p.get("content", [])
+    if isinstance(content, list):  # tool_call_blocks(p), without building the list
+        for block in content:
+            if isinstance(block, dict) and block.get("type") == "toolCall":
+                t.calls[str(block["id"])] = str(block["name"])
+    entry = {
+        "seq": event.seq,
+        "kind": event.kind,
+        "content": content,
+        "stopReason": p.get("stopReason"),
+        "inputSeqs": p.get("inputSeqs"),
+        "failed": failed,
+    }
+    t.entries.append(entry)
     if not failed:
         t.place_inputs(p.get("inputSeqs"))
-        t.context.append(
-            {
-                "role": "assistant",
-                "seq": event.seq,
-                "content": p.get("content", []),
-                "stopReason": p.get("stopReason"),
-            }
-        )
+        t.context.append(_assistant_message(entry))
 
 
 def _tool_result(t: _Builder, event: EventLike) -> None:
     p = event.payload
     call_id = str(p.get("toolCallId"))
-    paired = {
+    entry = {
+        "seq": event.seq,
+        "kind": event.kind,
         "toolCallId": call_id,
         "toolName": t.calls.get(call_id),
         "content": p.get("content", []),
         "isError": bool(p.get("isError", False)),
     }
-    t.entries.append({"seq": event.seq, "kind": event.kind, **paired})
-    t.context.append({"role": "toolResult", "seq": event.seq, **paired})
+    t.entries.append(entry)
+    t.context.append(_tool_result_message(entry))
 
 
 def _compaction(t: _Builder, event: EventLike) -> None:
     p = event.payload
-    summary = p.get("summary")
-    t.entries.append({"seq": event.seq, "kind": event.kind, "summary": summary})
+    entry = {"seq": event.seq, "kind": event.kind, "summary": p.get("summary")}
+    t.entries.append(entry)
     first_kept = p.get("firstKeptSeq")
     starts = [i for i, m in enumerate(t.context) if m["seq"] == first_kept]
     kept = t.context[starts[0] :] if starts else []
-    t.context = [{"role": "summary", "seq": event.seq, "content": summary}, *kept]
+    t.context = [_summary_message(entry), *kept]
 
 
 def _external(t: _Builder, event: EventLike) -> None:

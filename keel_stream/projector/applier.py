@@ -18,6 +18,8 @@ else (the database or the broker away, a query that fails for every batch) is ra
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -25,30 +27,23 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from keel_stream.errors import StoreError
-from keel_stream.kernel.types import Event
 from keel_stream.logs import get_logger
 from keel_stream.projections.base import Folded, Projection
 from keel_stream.projector.events import (
     DEAD_RECORDS,
     DROPPED_FRAMES,
     PARKED,
+    SourceEvent,
     SourceRecord,
     Undecodable,
     describe,
-    fold_isolated,
     frame_refusal,
-    gather,
     isolable,
 )
+from keel_stream.projector.storage import advance, fold_sessions, write_states
 from keel_stream.relay.retry import is_retriable
 from keel_stream.store.projection_parked import ParkedSession, ParkedStore, parked_for
-from keel_stream.store.projection_state import (
-    APPLIED,
-    Key,
-    LedgerReader,
-    ProjectionTransaction,
-    StoredState,
-)
+from keel_stream.store.projection_state import APPLIED, Key, ProjectionTransaction
 
 __all__ = [
     "Applier",
@@ -61,7 +56,7 @@ __all__ = [
     "write_states",
 ]
 
-FrameSink = Callable[[Sequence[Event]], Awaitable[None]]
+FrameSink = Callable[[Sequence[SourceEvent]], Awaitable[None]]
 Slot = tuple[str, int, Key]
 """(projection, generation, session key)"""
 
@@ -90,79 +85,8 @@ def live_generation(live: Mapping[str, int], projection: str) -> int:
     return generation
 
 
-async def fold_sessions(
-    tx: ProjectionTransaction,
-    projection: Projection[Any],
-    generation: int,
-    events: Mapping[Key, Sequence[Event]],
-    *,
-    skip: Iterable[Key] = (),
-    failures: list[ParkedSession] | None = None,
-) -> tuple[dict[Key, Folded[Any]], list[Event], int]:
-    """Fold each session's events (but those in skip) onto its locked stored state.
-
-    Returns the changed states, the events applied (in order, per session) and how many were
-    fetched from the ledger. With `failures`, a session whose fold raises is appended there
-    (its state advanced up to the event before) instead of raising.
-    """
-    left_out = set(skip)
-    keys = sorted(k for k in events if k not in left_out)
-    locked = await tx.lock_states(projection.name, generation, keys)
-    changed: dict[Key, Folded[Any]] = {}
-    applied: list[Event] = []
-    filled = 0
-    for key in keys:
-        stored = locked.get(key)
-        folded = (
-            Folded(stored.last_seq, projection.load(stored.state))
-            if stored is not None
-            else Folded(0, projection.initial())
-        )
-        run, from_ledger = await gather(tx, folded.last_seq, key, events[key])
-        if not run:
-            continue
-        filled += from_ledger
-        if failures is None:
-            advanced = Folded(run[-1].seq, projection.apply_many(folded.state, run))
-        else:
-            advanced, run, failure = fold_isolated(projection, folded, run)
-            if failure is not None:
-                failures.append(ParkedSession(*key, projection.name, generation, *failure))
-            if not run:
-                continue
-        changed[key] = advanced
-        applied.extend(run)
-    return changed, applied, filled
-
-
-async def advance(
-    ledger: LedgerReader,
-    projection: Projection[Any],
-    folded: Folded[Any],
-    key: Key,
-    events: Sequence[Event],
-) -> tuple[Folded[Any], list[Event], int]:
-    """Fold a session's new events onto its state, filling gaps (and claim checks) from the
-    ledger first. Returns the new state, the events it applied in seq order, and how many came
-    from the ledger."""
-    run, filled = await gather(ledger, folded.last_seq, key, events)
-    if not run:
-        return folded, [], 0
-    return Folded(run[-1].seq, projection.apply_many(folded.state, run)), run, filled
-
-
-async def write_states(
-    tx: ProjectionTransaction,
-    projection: Projection[Any],
-    generation: int,
-    changed: Mapping[Key, Folded[Any]],
-) -> None:
-    states = {k: StoredState(f.last_seq, projection.dump(f.state)) for k, f in changed.items()}
-    await tx.write_states(projection.name, generation, states)
-
-
-def group_by_session(events: Iterable[Event]) -> dict[Key, list[Event]]:
-    grouped: dict[Key, list[Event]] = defaultdict(list)
+def group_by_session(events: Iterable[SourceEvent]) -> dict[Key, list[SourceEvent]]:
+    grouped: dict[Key, list[SourceEvent]] = defaultdict(list)
     for event in events:
         grouped[event.key].append(event)
     return dict(grouped)
@@ -207,6 +131,8 @@ class Applier:
         self._log = get_logger("projector")
         self._sink_failure: BaseException | None = None
         """What the frame sink last raised: a failure of the sink, never one of a session."""
+        self._frames_first = sorted(projections, key=lambda p: p.name != frames_of)
+        """The frames' projection first, so its frames are sent while the others apply."""
 
     @property
     def projections(self) -> Sequence[Projection[Any]]:
@@ -220,7 +146,7 @@ class Applier:
             next_offsets[record.partition] = max(
                 next_offsets.get(record.partition, 0), record.offset + 1
             )
-        events: list[Event] = []
+        events: list[SourceEvent] = []
         for record in records:
             if isinstance(record, SourceRecord):
                 events.append(record.event)
@@ -238,7 +164,7 @@ class Applier:
         return await self.apply_events(events, next_offsets)
 
     async def apply_events(
-        self, events: Sequence[Event], next_offsets: Mapping[int, int] | None = None
+        self, events: Sequence[SourceEvent], next_offsets: Mapping[int, int] | None = None
     ) -> BatchResult:
         """Apply events (from the topic, or the ledger) to every live projection, in one
         transaction with the source offsets they came with (see the module's docstring for
@@ -258,31 +184,48 @@ class Applier:
         return BatchResult(outcome.applied, outcome.filled, len(outcome.failures))
 
     async def _together(
-        self, grouped: Mapping[Key, Sequence[Event]], offsets: Mapping[int, int], held: set[Slot]
+        self,
+        grouped: Mapping[Key, Sequence[SourceEvent]],
+        offsets: Mapping[int, int],
+        held: set[Slot],
     ) -> _Outcome:
         outcome = _Outcome()
         async with self._store.transaction() as tx:
             live = await tx.live_generations()
-            for projection in self._projections:
-                generation = live_generation(live, projection.name)
-                skip = [k for p, g, k in held if (p, g) == (projection.name, generation)]
-                changed, applied, filled = await fold_sessions(
-                    tx, projection, generation, grouped, skip=skip, failures=outcome.failures
-                )
-                outcome.add(projection.name, generation, changed, filled)
-                outcome.applied += len(applied)
-                if projection.name == self._frames_of and applied:
-                    # Frames go out before the transaction commits: if publishing fails, the
-                    # state is not advanced and the batch is applied (and sent) again.
-                    await self._frames(applied)
-                await write_states(tx, projection, generation, changed)
-                await tx.store_offsets(projection.name, generation, self._topic, offsets)
+            sending: asyncio.Future[None] | None = None
+            try:
+                for projection in self._frames_first:
+                    generation = live_generation(live, projection.name)
+                    skip = [k for p, g, k in held if (p, g) == (projection.name, generation)]
+                    changed, applied, filled = await fold_sessions(
+                        tx, projection, generation, grouped, skip=skip, failures=outcome.failures
+                    )
+                    outcome.add(projection.name, generation, changed, filled)
+                    outcome.applied += len(applied)
+                    if projection.name == self._frames_of and applied:
+                        # Frames go out before the transaction commits (awaited below): if
+                        # publishing fails, the state is not advanced and the batch is applied
+                        # (and sent) again. They travel while the states are written.
+                        sending = asyncio.ensure_future(self._frames(applied))
+                    await write_states(tx, projection, generation, changed)
+                    await tx.store_offsets(projection.name, generation, self._topic, offsets)
+                if sending is not None:
+                    await sending
+            except BaseException:
+                if sending is not None and not sending.done():
+                    sending.cancel()
+                    with contextlib.suppress(BaseException):
+                        await sending
+                raise
             if outcome.applied:
                 await tx.notify(APPLIED)
         return outcome
 
     async def _apart(
-        self, grouped: Mapping[Key, Sequence[Event]], offsets: Mapping[int, int], held: set[Slot]
+        self,
+        grouped: Mapping[Key, Sequence[SourceEvent]],
+        offsets: Mapping[int, int],
+        held: set[Slot],
     ) -> _Outcome:
         outcome = _Outcome()
         for projection in self._projections:
@@ -304,7 +247,7 @@ class Applier:
         self,
         projection: Projection[Any],
         key: Key,
-        events: Sequence[Event],
+        events: Sequence[SourceEvent],
         held: set[Slot],
         outcome: _Outcome,
     ) -> None:
@@ -337,7 +280,7 @@ class Applier:
         seq = (stored.last_seq if stored is not None else 0) + 1
         return ParkedSession(*key, projection.name, generation, seq, describe(exc))
 
-    async def _frames(self, events: Sequence[Event]) -> None:
+    async def _frames(self, events: Sequence[SourceEvent]) -> None:
         """Send the events' SSE frames; a frame the broker refuses for what it is (its size) is
         left out, the others go."""
         if self._frame_sink is None:

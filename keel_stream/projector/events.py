@@ -1,10 +1,11 @@
 """Where an event came from on the source topic, what stands in for it there, and what the
 applier does about one it cannot apply (the metrics that count it, too).
 
-A source record decodes to its Event (the kernel's), or, when it does not decode as one, to an
-Undecodable the applier keeps as a dead record and passes over: every event is in the ledger, so
-gap-fill and reconcile bring in whatever such a record should have carried. A claim check
-(keel_stream.kafka.records) decodes to an Event whose payload is only a stand-in; `gather`
+A source record decodes to a DecodedEvent (the kernel's Event's fields, built without pydantic),
+or, when it does not decode as one, to an Undecodable the applier keeps as a dead record and
+passes over: every event is in the ledger, so gap-fill and reconcile bring in whatever such a
+record should have carried. A claim check
+(keel_stream.kafka.records) decodes to an event whose payload is only a stand-in; `gather`
 replaces it by the event itself, read from the ledger by seq.
 """
 
@@ -12,14 +13,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from datetime import datetime
+from typing import Any, Final, Protocol
 
+import orjson
 from aiokafka.errors import KafkaError
 from prometheus_client import Counter, Gauge
 
 from keel_stream.errors import KeelError
-from keel_stream.kafka.records import is_claim_check
-from keel_stream.kernel.types import Event
+from keel_stream.kafka.records import CLAIM_CHECK_FIELD, is_claim_check
+from keel_stream.kernel.types import EventLike
 from keel_stream.projections.base import Folded, Projection, fresh
 from keel_stream.relay.refusals import refusal
 from keel_stream.store.projection_parked import refused_by_store
@@ -31,6 +34,8 @@ __all__ = [
     "DROPPED_FRAMES",
     "PARKED",
     "PARKED_SESSIONS",
+    "DecodedEvent",
+    "SourceEvent",
     "SourceRecord",
     "Undecodable",
     "decode",
@@ -67,11 +72,58 @@ CLAIM_CHECKS: Final = Counter(
 _MAX_ERROR: Final = 2000
 
 
+class SourceEvent(EventLike, Protocol):
+    """What the applier reads of an event: a kernel Event (from the ledger) or a DecodedEvent
+    (off the topic)."""
+
+    @property
+    def key(self) -> tuple[str, str]: ...
+    @property
+    def committed_at(self) -> datetime | str: ...
+
+
+class DecodedEvent:
+    """An event as its record carries it, decoded without pydantic (every record of the topic
+    is decoded on the live path and in a rebuild); committed_at is the record's text."""
+
+    __slots__ = ("committed_at", "kind", "payload", "seq", "session", "tenant")
+
+    def __init__(
+        self,
+        tenant: str,
+        session: str,
+        seq: int,
+        kind: str,
+        payload: dict[str, Any],
+        committed_at: str,
+    ) -> None:
+        self.tenant = tenant
+        self.session = session
+        self.seq = seq
+        self.kind = kind
+        self.payload = payload
+        self.committed_at = committed_at
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.tenant, self.session)
+
+    def __repr__(self) -> str:
+        return f"DecodedEvent({self.tenant!r}, {self.session!r}, {self.seq}, {self.kind!r})"
+
+    @classmethod
+    def of(cls, value: bytes) -> DecodedEvent:
+        """A keel.events.v1 record value (trusted: the relay wrote it); KeyError, TypeError or
+        ValueError if it is not one."""
+        d = orjson.loads(value)
+        return cls(d["tenant"], d["session"], d["seq"], d["kind"], d["payload"], d["committedAt"])
+
+
 @dataclass(frozen=True, slots=True)
 class SourceRecord:
     """An event and where it came from on the source topic."""
 
-    event: Event
+    event: SourceEvent
     partition: int
     offset: int
 
@@ -86,20 +138,22 @@ class Undecodable:
     error: str
 
 
-def _shape_error(event: Event) -> str | None:
+def _shape_error(event: DecodedEvent) -> str | None:
     if not (isinstance(event.tenant, str) and isinstance(event.session, str)):
         return "tenant and session must be strings"
     if not (isinstance(event.seq, int) and not isinstance(event.seq, bool) and event.seq >= 1):
         return "seq must be a positive integer"
     if not (isinstance(event.kind, str) and isinstance(event.payload, dict)):
         return "kind must be a string and payload an object"
+    if not isinstance(event.committed_at, str):
+        return "committedAt must be a string"
     return None
 
 
 def decode(value: bytes, partition: int, offset: int) -> SourceRecord | Undecodable:
     """A record value of the source topic as its event, or as an Undecodable (never raises)."""
     try:
-        event = Event.from_record(value)
+        event = DecodedEvent.of(value)
     except (ValueError, KeyError, TypeError) as exc:  # orjson's errors are ValueErrors
         return Undecodable(partition, offset, value, f"{type(exc).__name__}: {exc}")
     problem = _shape_error(event)
@@ -108,13 +162,27 @@ def decode(value: bytes, partition: int, offset: int) -> SourceRecord | Undecoda
     return SourceRecord(event, partition, offset)
 
 
+def _in_order(last_seq: int, events: Sequence[SourceEvent]) -> bool:
+    """The events are last_seq + 1, + 2, ... and none is a claim check (what a partition
+    delivers, nearly always)."""
+    expected = last_seq + 1
+    for event in events:
+        payload = event.payload
+        if event.seq != expected or (CLAIM_CHECK_FIELD in payload and is_claim_check(payload)):
+            return False
+        expected += 1
+    return True
+
+
 async def gather(
-    ledger: LedgerReader, last_seq: int, key: Key, events: Sequence[Event]
-) -> tuple[list[Event], int]:
+    ledger: LedgerReader, last_seq: int, key: Key, events: Sequence[SourceEvent]
+) -> tuple[list[SourceEvent], int]:
     """A session's events to fold after last_seq, in seq order, each once: the gaps before them
     and the events their claim checks stand for read from the ledger. Returns them and how many
     came from the ledger."""
-    run: list[Event] = []
+    if _in_order(last_seq, events):
+        return list(events), 0
+    run: list[SourceEvent] = []
     filled = 0
     expected = last_seq + 1
     for event in sorted(events, key=lambda e: e.seq):
@@ -150,8 +218,8 @@ def describe(exc: BaseException) -> str:
 
 
 def fold_isolated(
-    projection: Projection[Any], folded: Folded[Any], run: list[Event]
-) -> tuple[Folded[Any], list[Event], tuple[int, str] | None]:
+    projection: Projection[Any], folded: Folded[Any], run: list[SourceEvent]
+) -> tuple[Folded[Any], list[SourceEvent], tuple[int, str] | None]:
     """Fold run onto folded; if the fold raises, the state up to the event that raised, the
     events applied, and that event's seq and error."""
     try:

@@ -3,7 +3,8 @@
 A projection's states and the source offsets they include are written in one transaction
 (`ProjectionStore.transaction()`), so a redelivered batch changes nothing and a processor
 resumes from the offsets stored with its states. A state never moves backwards (the upsert
-keeps the higher last_seq), whoever writes it.
+keeps the higher last_seq), whoever writes it. The transcript's state is a head here and its
+entries are rows (keel_stream.store.projection_rows); its read assembles the document.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import asyncpg
 from keel_stream.kernel.types import Event
 from keel_stream.store.driver_errors import translated
 from keel_stream.store.notifications import Listener
+from keel_stream.store.projection_rows import TRANSCRIPT, TranscriptRowStatements, read_transcripts
 from keel_stream.store.sqlfiles import query
 
 __all__ = [
@@ -201,8 +203,9 @@ class _Statements:
         return {r["projection"]: r["generation"] for r in rows}
 
 
-class PostgresProjectionTransaction(_Statements):
-    """Implements ProjectionTransaction on the connection that holds the transaction."""
+class PostgresProjectionTransaction(_Statements, TranscriptRowStatements):
+    """Implements ProjectionTransaction (and TranscriptRowsTransaction) on the connection that
+    holds the transaction."""
 
     async def lock_states(
         self, projection: str, generation: int, keys: Sequence[Key]
@@ -365,6 +368,9 @@ class PostgresProjectionStore(_Statements):
         return None if row is None else (row["tenant_id"], row["session_id"])
 
     async def read_state(self, projection: str, tenant: str, session: str) -> StoredState | None:
+        if projection == TRANSCRIPT:  # stored as rows (projection_rows), assembled here
+            found = (await read_transcripts(self._pool, projection, [(tenant, session)])).values()
+            return next((StoredState(*f) for f in found), None)
         async with translated("read model"):
             row = await self._pool.fetchrow(
                 query("projection_read_state"), projection, tenant, session

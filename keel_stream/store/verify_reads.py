@@ -11,6 +11,7 @@ from typing import Any, Final
 import asyncpg
 
 from keel_stream.store.driver_errors import translated
+from keel_stream.store.projection_rows import TRANSCRIPT, read_transcripts
 from keel_stream.store.projection_state import StoredState
 from keel_stream.store.sqlfiles import query
 
@@ -136,9 +137,14 @@ class VerifyReads:
             rows = await self._pool.fetch(
                 query("verify_live_states"), [k[0] for k in keys], [k[1] for k in keys]
             )
-        return {
+        states = {
             (r["projection"], (r["tenant_id"], r["session_id"])): StoredState(
                 int(r["last_seq"]), r["state"]
             )
             for r in rows
         }
+        # The transcript's state there is its head: the model is the head and its entry rows.
+        transcripts = await read_transcripts(self._pool, TRANSCRIPT, keys)
+        for key, (last_seq, model) in transcripts.items():
+            states[(TRANSCRIPT, key)] = StoredState(last_seq, model)
+        return states

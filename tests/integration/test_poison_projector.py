@@ -19,7 +19,7 @@ from keel_stream.kernel.types import Event
 from keel_stream.projections import RUN_STATUS, SSE, TRANSCRIPT, EventLike
 from keel_stream.projections.transcript import TranscriptState
 from keel_stream.projector.applier import Applier, BatchResult
-from keel_stream.projector.events import SourceRecord, decode
+from keel_stream.projector.events import SourceEvent, SourceRecord, decode
 from keel_stream.projector.reconcile import reconcile
 from keel_stream.projector.status import (
     dead_records,
@@ -236,7 +236,7 @@ async def test_an_sse_frame_the_broker_refuses_is_left_out_and_the_rest_go(
 ) -> None:
     sent: list[int] = []
 
-    async def sink(events: Sequence[Event]) -> None:
+    async def sink(events: Sequence[SourceEvent]) -> None:
         if any(e.payload.get("huge") for e in events):
             # As the projector's sink raises it: translated at the Kafka seam.
             raise BrokerError("publish sse frames: too large") from MessageSizeTooLargeError()

@@ -203,9 +203,12 @@ async def test_a_tampered_read_model_and_one_behind_are_named(
         "(SELECT generation FROM projection_generations"
         " WHERE projection = p.projection AND status = 'live')"
     )
-    await pool.execute(
-        "UPDATE projection_states AS p SET state = jsonb_set(state, '{entries}', '[]')"
-        f" WHERE projection = 'transcript' AND session_id = 's01' AND generation = {live}"
+    await pool.execute(  # an entry's field that no context message carries
+        "UPDATE transcript_entries AS p"
+        ' SET entry = (entry::jsonb || \'{"delivery": "tampered"}\')::json'
+        " WHERE session_id = 's01' AND seq = 1"
+        " AND generation = (SELECT generation FROM projection_generations"
+        " WHERE projection = 'transcript' AND status = 'live')"
     )
     await pool.execute(
         "DELETE FROM projection_states AS p"

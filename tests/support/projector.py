@@ -16,6 +16,9 @@ import asyncpg
 
 from keel_stream.kernel.types import Event
 from keel_stream.projections import ALL, fold
+from keel_stream.store.projection_rows import TRANSCRIPT, read_transcripts
+
+_SESSIONS = "SELECT tenant_id, session_id FROM sessions"
 
 
 class ProjectorProcess:
@@ -93,6 +96,9 @@ async def ledger_events(pool: asyncpg.Pool) -> dict[tuple[str, str], list[Event]
 
 
 async def live_states(pool: asyncpg.Pool, projection: str) -> dict[tuple[str, str], Any]:
+    if projection == TRANSCRIPT:  # rows and a head, assembled as the readers read it
+        keys = [(r["tenant_id"], r["session_id"]) for r in await pool.fetch(_SESSIONS)]
+        return await read_transcripts(pool, projection, keys)
     rows = await pool.fetch(
         "SELECT p.tenant_id, p.session_id, p.last_seq, p.state FROM projection_states p"
         " JOIN projection_generations g USING (projection, generation)"

@@ -15,7 +15,7 @@ from keel_stream.kernel import CommitRequest, RunStatus
 from keel_stream.kernel.types import Event
 from keel_stream.projections import ALL, EventLike, Folded, fold
 from keel_stream.projector.applier import Applier, BatchResult, advance
-from keel_stream.projector.events import SourceRecord
+from keel_stream.projector.events import SourceEvent, SourceRecord
 from keel_stream.store import MemoryStore, Settlement
 from keel_stream.store.memory_streams import MemoryProjectionStore
 from keel_stream.store.projection_state import APPLIED, LedgerReader, StoredState
@@ -182,7 +182,7 @@ async def test_states_and_offsets_are_committed_together_or_not_at_all() -> None
     sent: list[int] = []
     broker_up = False
 
-    async def frame_sink(events: Sequence[Event]) -> None:
+    async def frame_sink(events: Sequence[SourceEvent]) -> None:
         if not broker_up:
             raise ConnectionError("broker down")
         sent.extend(e.seq for e in events)
