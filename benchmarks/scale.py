@@ -256,7 +256,9 @@ def _probes(conn: asyncpg.Connection, store: PostgresProjectionStore) -> dict[st
     """The queries timed at the start and deep in the data set (the list has its own)."""
     return {
         "claim": _claim(conn),
-        "relay_fetch": lambda: conn.fetch(query("relay_fetch_batch"), BATCH, SHARDS, OWN_SHARD),
+        "relay_fetch": lambda: conn.fetch(
+            query("relay_fetch_batch_excluding"), BATCH, SHARDS, OWN_SHARD, [], []
+        ),
         "relay_backlog": lambda: conn.fetchrow(query("relay_backlog"), SHARDS, OWN_SHARD),
         "reconcile_scan": _reconcile_scan(store),
     }

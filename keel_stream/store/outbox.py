@@ -189,11 +189,7 @@ class _PostgresShard:
         return bool(held)
 
     async def fetch(self, limit: int) -> list[OutboxRow]:
-        async with translated("fetch outbox batch"):
-            rows = await self._conn.fetch(
-                query("relay_fetch_batch"), limit, self._shard.count, self._shard.index
-            )
-        return _rows(rows)
+        return await self.fetch_excluding(limit, ())
 
     async def fetch_excluding(
         self, limit: int, excluding: Sequence[int], deleting: Sequence[int] = ()

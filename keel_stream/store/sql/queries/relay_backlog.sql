@@ -1,5 +1,5 @@
 -- This shard's backlog ($2 of $1): its size and the age of its oldest row, summed over the
--- shard's tenants that have a backlog (found as in relay_fetch_batch.sql), so the other shards'
+-- shard's tenants that have a backlog (found as in relay_fetch_batch_excluding.sql), so the other shards'
 -- rows are never read.
 WITH RECURSIVE tenants AS (
     (SELECT o.tenant_id FROM outbox AS o ORDER BY o.tenant_id LIMIT 1)

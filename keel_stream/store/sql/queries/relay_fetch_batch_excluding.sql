@@ -1,11 +1,16 @@
--- relay_fetch_batch.sql past the rows in $4 (outbox ids), after deleting the rows in $5. $4 holds
--- the rows this relay has handed to the broker and not deleted yet: those awaiting their
+-- The oldest unpublished events of this shard ($3 of $2), in outbox order, past the rows in $4
+-- (outbox ids), after deleting the rows in $5. Per session, outbox ids follow seq (both are
+-- assigned under the session row lock), so publishing in id order keeps each session's events in
+-- seq order. No cursor is kept: rows leave the table only once acknowledged.
+-- $4 holds the rows this relay has handed to the broker and not deleted yet: those awaiting their
 -- acknowledgements or their delete, and those acknowledged ($5, deleted here: the query reads the
--- outbox as it was before the delete). The result is the oldest unpublished events of this shard
--- ($3 of $2) after those, in outbox order. Per session they follow the excluded rows: a session's
--- rows become visible in seq order (both are assigned under the session row lock), and the
--- excluded rows were its oldest. NOT IN a subquery runs as a hashed subplan, one probe per row
--- passed over.
+-- outbox as it was before the delete). Per session the result follows the excluded rows, which
+-- were its oldest. NOT IN a subquery runs as a hashed subplan, one probe per row passed over;
+-- with $4 and $5 empty this is the plain oldest-first fetch.
+-- One shard: the outbox by id. Several: a shard is a set of tenants, so the tenants with a
+-- backlog are found one index probe each (a skip scan over outbox_tenant), and each of this
+-- shard's tenants gives its oldest $1 rows by (tenant_id, id); the other shards' backlog is never
+-- read, whatever its size.
 WITH RECURSIVE deleted AS (
     DELETE FROM outbox WHERE id = ANY($5::bigint[])
 ), tenants AS (
