@@ -17,7 +17,8 @@ Every error carries a stable machine-readable ``code`` and a ``retriable`` flag;
     │   ├── InvalidPage                 a read with an out-of-range cursor or limit
     │   ├── UnknownProjection           a read model that does not exist
     │   ├── PayloadTooLarge             a body or event over the size limit (413)
-    │   └── UnknownBackend              a backend the tenant's configuration does not declare
+    │   ├── UnknownBackend              a backend the tenant's configuration does not declare
+    │   └── HistoryTooLong              a fork or point-in-time read of more events than allowed
     ├── NotFound                        (404)
     │   ├── TenantNotFound
     │   └── SessionNotFound             missing, or belongs to another tenant
@@ -66,6 +67,7 @@ __all__ = [
     "ExternalSessionUnavailable",
     "FenceNotAllowed",
     "FenceRequired",
+    "HistoryTooLong",
     "IdempotencyConflict",
     "InvalidIdentifier",
     "InvalidPage",
@@ -209,6 +211,12 @@ class UnknownBackend(InvalidRequest):
     """An external backend the tenant's configuration document does not declare."""
 
     code = "unknown_backend"
+
+
+class HistoryTooLong(InvalidRequest):
+    """A fork, or a read as of a seq, over more events than one request may fold or copy."""
+
+    code = "history_too_long"
 
 
 class NotFound(KeelError):

@@ -14,7 +14,9 @@ from typing import Any, Final
 
 from keel_stream.errors import InvalidPage, ProjectionBehind, UnknownProjection
 from keel_stream.kernel.commits import check_identifier
-from keel_stream.projections import ALL
+from keel_stream.kernel.forks import check_history_length
+from keel_stream.projections import ALL, Folded
+from keel_stream.projections import fold as fold_events
 from keel_stream.store.connect import Pool
 from keel_stream.store.postgres import PostgresLedger
 from keel_stream.store.projection_state import (
@@ -22,7 +24,7 @@ from keel_stream.store.projection_state import (
     ProjectionStore,
     Subscription,
 )
-from keel_stream.store.protocol import Ledger
+from keel_stream.store.protocol import MAX_READ_LIMIT, Ledger
 
 __all__ = ["ProjectionView", "ReadModels"]
 
@@ -101,3 +103,27 @@ class ReadModels:
                 )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(applied.wait(), min(remaining, _POLL_S))
+
+    async def as_of(
+        self, projection: str, tenant: str, session: str, at_seq: int
+    ) -> ProjectionView:
+        """The model as it was at seq `at_seq`: the projection's pure fold of the session's
+        first at_seq events, read from the ledger (InvalidPage past the head, HistoryTooLong
+        over MAX_HISTORY_EVENTS)."""
+        fold = _BY_NAME.get(projection)
+        if fold is None:
+            raise UnknownProjection(f"no read model named {projection!r}")
+        head = await self._ledger.head(tenant, session)
+        if at_seq > head:
+            raise InvalidPage(f"atSeq {at_seq} is past the session's last seq {head}")
+        check_history_length(at_seq)
+        folded = Folded(0, fold.initial())
+        while folded.last_seq < at_seq:
+            page = await self._ledger.read_events(
+                tenant,
+                session,
+                after=folded.last_seq,
+                limit=min(MAX_READ_LIMIT, at_seq - folded.last_seq),
+            )
+            folded = fold_events(fold, page, folded)
+        return ProjectionView(projection, at_seq, fold.dump(folded.state))

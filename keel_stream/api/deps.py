@@ -14,7 +14,7 @@ from keel_stream.api.access_log import note_tenant
 from keel_stream.api.errors import ErrorBody, Unauthorized
 from keel_stream.api.hub import LiveHub
 from keel_stream.api.limits import ApiLimits
-from keel_stream.api.models import ExternalView, RunView, SessionView
+from keel_stream.api.models import ExternalView, ForkView, RunView, SessionView
 from keel_stream.errors import SessionNotFound
 from keel_stream.gateway.agents import ExternalAgents
 from keel_stream.gateway.config import TenantConfig
@@ -144,4 +144,9 @@ def session_view(record: SessionRecord) -> SessionView:
         created_at=record.created_at,
         run=RunView(status=record.run_status, attempts=record.attempts, epoch=record.lease_epoch),
         external=external,
+        fork_of=(
+            ForkView(session=record.forked_from, at_seq=record.forked_at_seq or 0)
+            if record.forked_from is not None
+            else None
+        ),
     )

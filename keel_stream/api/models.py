@@ -14,6 +14,7 @@ __all__ = [
     "CreateSession",
     "EventPage",
     "EventRequest",
+    "ForkView",
     "ReadModel",
     "RunQueued",
     "SessionPage",
@@ -48,6 +49,22 @@ class CreateSession(_Wire):
         None,
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
         description="An external backend the tenant's configuration declares.",
+    )
+    fork_of: str | None = Field(
+        None,
+        alias="forkOf",
+        min_length=1,
+        max_length=128,
+        description="Fork this session of the tenant: the new session's log starts with a copy "
+        "of its first atSeq events (no tool or model runs again).",
+    )
+    at_seq: int | None = Field(
+        None,
+        alias="atSeq",
+        ge=0,
+        le=2**63 - 1,
+        description="With forkOf: how many of the source's events the fork copies (default: "
+        "all of them, up to its head when the fork is made).",
     )
     metadata: dict[str, str] | None = Field(
         None,
@@ -86,6 +103,11 @@ class ExternalView(_Wire):
     metering: str | None = None
 
 
+class ForkView(_Wire):
+    session: str = Field(description="The session this one forks.")
+    at_seq: int = Field(alias="atSeq", description="How many of its events were copied.")
+
+
 class SessionView(_Wire):
     id: str
     last_seq: int = Field(alias="lastSeq")
@@ -93,6 +115,7 @@ class SessionView(_Wire):
     created_at: datetime = Field(alias="createdAt")
     run: RunView
     external: ExternalView | None = None
+    fork_of: ForkView | None = Field(None, alias="forkOf")
 
 
 class SessionPage(_Wire):
@@ -157,6 +180,9 @@ class EventView(_Wire):
     kind: str
     payload: dict[str, Any]
     committed_at: datetime = Field(alias="committedAt")
+    metadata: dict[str, Any] | None = Field(
+        None, description="Null for most events; a fork's copies carry forkedFrom and origin."
+    )
 
 
 class EventPage(_Wire):

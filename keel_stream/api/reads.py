@@ -8,7 +8,7 @@ from typing import Annotated, Final
 from fastapi import APIRouter, Header, Query
 from fastapi.responses import StreamingResponse
 
-from keel_stream.api.deps import ERRORS, Config, Svc, Tenant, session_row
+from keel_stream.api.deps import ERRORS, Config, Services, Svc, Tenant, session_row
 from keel_stream.api.models import EventPage, EventView, ReadModel
 from keel_stream.api.sse import session_stream
 from keel_stream.errors import InvalidPage
@@ -23,6 +23,15 @@ MinSeq = Annotated[
     int, Query(ge=0, le=MAX_SEQ, description="Wait until the model includes this seq.")
 ]
 Wait = Annotated[float, Query(ge=0, le=10, description="How long to wait for min_seq.")]
+AtSeq = Annotated[
+    int | None,
+    Query(
+        alias="atSeq",
+        ge=0,
+        le=MAX_SEQ,
+        description="The model as of this seq: the fold of the session's first atSeq events.",
+    ),
+]
 
 router = APIRouter(tags=["v1"])
 
@@ -39,7 +48,13 @@ async def get_events(
     events = await services.ledger.read_events(tenant, session_id, after=after, limit=limit)
     return EventPage(
         events=[
-            EventView(seq=e.seq, kind=e.kind, payload=e.payload, committed_at=e.committed_at)
+            EventView(
+                seq=e.seq,
+                kind=e.kind,
+                payload=e.payload,
+                committed_at=e.committed_at,
+                metadata=e.metadata,
+            )
             for e in events
         ],
         next_cursor=events[-1].seq if len(events) == limit else None,
@@ -88,21 +103,45 @@ async def stream_events(
 
 @router.get("/v1/sessions/{session_id}/transcript", response_model=ReadModel, responses=ERRORS)
 async def transcript(
-    services: Svc, tenant: Tenant, session_id: str, min_seq: MinSeq = 0, wait_s: Wait = 5.0
+    services: Svc,
+    tenant: Tenant,
+    session_id: str,
+    min_seq: MinSeq = 0,
+    wait_s: Wait = 5.0,
+    at_seq: AtSeq = None,
 ) -> ReadModel:
-    """The transcript read model (entries and the model context)."""
-    view = await services.models.get(
-        "transcript", tenant, session_id, min_seq=min_seq, timeout_s=wait_s
-    )
-    return ReadModel(last_seq=view.last_seq, state=view.state)
+    """The transcript read model (entries and the model context); with atSeq, as it was then."""
+    return await _read_model(services, "transcript", tenant, session_id, min_seq, wait_s, at_seq)
 
 
 @router.get("/v1/sessions/{session_id}/status", response_model=ReadModel, responses=ERRORS)
 async def status(
-    services: Svc, tenant: Tenant, session_id: str, min_seq: MinSeq = 0, wait_s: Wait = 5.0
+    services: Svc,
+    tenant: Tenant,
+    session_id: str,
+    min_seq: MinSeq = 0,
+    wait_s: Wait = 5.0,
+    at_seq: AtSeq = None,
 ) -> ReadModel:
-    """The run-status read model."""
-    view = await services.models.get(
-        "run_status", tenant, session_id, min_seq=min_seq, timeout_s=wait_s
-    )
+    """The run-status read model; with atSeq, as it was then."""
+    return await _read_model(services, "run_status", tenant, session_id, min_seq, wait_s, at_seq)
+
+
+async def _read_model(
+    services: Services,
+    projection: str,
+    tenant: str,
+    session_id: str,
+    min_seq: int,
+    wait_s: float,
+    at_seq: int | None,
+) -> ReadModel:
+    if at_seq is not None:
+        if min_seq:
+            raise InvalidPage("min_seq waits for the live model; atSeq reads the past: not both")
+        view = await services.models.as_of(projection, tenant, session_id, at_seq)
+    else:
+        view = await services.models.get(
+            projection, tenant, session_id, min_seq=min_seq, timeout_s=wait_s
+        )
     return ReadModel(last_seq=view.last_seq, state=view.state)

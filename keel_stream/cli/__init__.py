@@ -17,6 +17,7 @@ from keel_stream.cli import (
     migrate,
     projections,
     relay,
+    sessions,
     tail,
     tenants,
     topics,
@@ -63,6 +64,7 @@ app.command("worker")(worker.worker)
 app.command("api")(api.api)
 app.add_typer(tenants.tenants_app, name="tenants")
 app.add_typer(tenants.keys_app, name="keys")
+app.add_typer(sessions.app, name="sessions")
 app.command("dev")(dev.dev)
 app.command("sidecar-ref")(sidecar_ref)
 

@@ -58,8 +58,9 @@ class EventRecordCodec:
         kind: str,
         payload: dict[str, Any],
         committed_at: datetime,
+        metadata: dict[str, Any] | None = None,
     ) -> OutgoingRecord:
-        value = {
+        value: dict[str, Any] = {
             "tenant": tenant,
             "session": session,
             "seq": seq,
@@ -67,6 +68,8 @@ class EventRecordCodec:
             "payload": payload,
             "committedAt": committed_at,
         }
+        if metadata is not None:  # most events have none: their records stay as they were
+            value["metadata"] = metadata
         return OutgoingRecord(
             key=record_key(tenant, session),
             value=orjson.dumps(value, option=orjson.OPT_UTC_Z),

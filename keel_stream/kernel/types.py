@@ -83,6 +83,11 @@ class Event(BaseModel):
     )
     payload: dict[str, Any] = Field(description="The payload as committed.")
     committed_at: datetime = Field(alias="committedAt", description="Commit time (UTC).")
+    metadata: dict[str, Any] | None = Field(
+        None,
+        description="What the ledger records about the event beside its payload; null for most. "
+        "A fork's copies carry forkedFrom {session, seq, committedAt} and origin {session, seq}.",
+    )
 
     @property
     def key(self) -> tuple[str, str]:
@@ -98,6 +103,7 @@ class Event(BaseModel):
         kind: str,
         payload: dict[str, Any],
         committed_at: datetime,
+        metadata: dict[str, Any] | None = None,
     ) -> Event:
         """An event from a source that already validated it (a ledger row, a record the relay
         wrote), built without validating again: replays decode millions of them."""
@@ -108,6 +114,7 @@ class Event(BaseModel):
             kind=kind,
             payload=payload,
             committed_at=committed_at,
+            metadata=metadata,
         )
 
     @classmethod
@@ -121,4 +128,5 @@ class Event(BaseModel):
             d["kind"],
             d["payload"],
             datetime.fromisoformat(d["committedAt"]),
+            d.get("metadata"),
         )

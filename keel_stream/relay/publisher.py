@@ -123,7 +123,13 @@ def _records(
             )
         else:
             yield EventRecordCodec.encode(
-                row.tenant, row.session, row.seq, row.kind, row.payload, row.committed_at
+                row.tenant,
+                row.session,
+                row.seq,
+                row.kind,
+                row.payload,
+                row.committed_at,
+                row.metadata,
             )
 
 

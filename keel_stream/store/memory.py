@@ -36,6 +36,7 @@ from keel_stream.kernel.commits import (
     replayed,
 )
 from keel_stream.kernel.delivery import Delivery, with_effective_delivery
+from keel_stream.kernel.forks import Fork, ForkChecker, check_fork_point, copy_metadata
 from keel_stream.kernel.status import RunStatus
 from keel_stream.kernel.types import CommitRequest, Event, LeaseToken, Submission
 from keel_stream.kernel.validation import tool_call_blocks
@@ -80,6 +81,8 @@ class _Session:
     keys: dict[str, tuple[Event, str]] = field(default_factory=dict)
     """dedupe key -> (the event, the digest of the payload as requested)."""
     run: _Run | None = None
+    fork_of: tuple[str, int] | None = None
+    """(source session, atSeq) of a fork."""
 
 
 class MemoryStore:
@@ -233,6 +236,40 @@ class MemoryStore:
 
     async def head(self, tenant_id: str, session_id: str) -> int:
         return len(self.session(tenant_id, session_id).events)
+
+    async def fork(
+        self,
+        tenant_id: str,
+        source_id: str,
+        *,
+        at_seq: int | None = None,
+        session_id: str | None = None,
+    ) -> Fork:
+        source = self.session(tenant_id, source_id)
+        target = check_identifier(session_id or str(uuid.uuid4()), "session")
+        point = check_fork_point(at_seq, len(source.events), external=source.external is not None)
+        checker = ForkChecker()
+        checker.check(source.events[:point])
+        if (tenant_id, target) in self._sessions:
+            raise SessionExists(f"session {target!r} already exists")
+        fork = _Session(None, fork_of=(source_id, point))
+        now = datetime.now(UTC)
+        for e in source.events[:point]:
+            meta = copy_metadata(source_id, e.seq, e.committed_at, e.metadata)
+            fork.events.append(
+                Event.trusted(tenant_id, target, e.seq, e.kind, e.payload, now, meta)
+            )
+        for key, (event, digest) in source.keys.items():
+            if event.seq <= point:
+                fork.keys[key] = (fork.events[event.seq - 1], digest)
+        owed = checker.owed_input_seq()
+        if owed is not None:
+            self._owe_run(fork, owed)
+        self._sessions[(tenant_id, target)] = fork
+        for event in fork.events:
+            for listener in self.commit_listeners:
+                listener(event)
+        return Fork(session_id=target, fork_of=source_id, at_seq=point, owed_input_seq=owed)
 
     def claimable(self, fairness: ClaimFairness) -> tuple[str, str, _Session, _Run] | None:
         """The claim's rules of keel_stream/store/sql/queries/claim_run.sql."""

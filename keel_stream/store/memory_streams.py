@@ -361,7 +361,9 @@ class MemoryOutbox:
                 break
             e = queued.event
             if _in_shard(e.tenant, shard):
-                rows.append(OutboxRow(row_id, *e.key, e.seq, e.kind, e.payload, e.committed_at))
+                rows.append(
+                    OutboxRow(row_id, *e.key, e.seq, e.kind, e.payload, e.committed_at, e.metadata)
+                )
         return rows
 
     def delete(self, ids: Iterable[int]) -> None:

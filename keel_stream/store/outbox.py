@@ -59,6 +59,7 @@ class OutboxRow:
     kind: str
     payload: dict[str, Any]
     committed_at: datetime
+    metadata: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +170,7 @@ def _rows(records: list[asyncpg.Record]) -> list[OutboxRow]:
             kind=r["kind"],
             payload=r["payload"],
             committed_at=r["committed_at"],
+            metadata=r["metadata"],
         )
         for r in records
     ]

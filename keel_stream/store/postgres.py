@@ -33,10 +33,12 @@ from keel_stream.kernel.commits import (
     prepare,
     replayed,
 )
+from keel_stream.kernel.forks import Fork
 from keel_stream.kernel.types import CommitRequest, Event, Submission
 from keel_stream.kernel.vocabulary import Kind, StateOwner
 from keel_stream.logs import get_logger
 from keel_stream.store.driver_errors import translated
+from keel_stream.store.forks import fork_in_postgres
 from keel_stream.store.protocol import MAX_READ_LIMIT, ExternalMarkers, check_one_session
 from keel_stream.store.sqlfiles import query
 
@@ -343,9 +345,22 @@ class PostgresLedger:
                 kind=row["kind"],
                 payload=row["payload"],
                 committed_at=row["committed_at"],
+                metadata=row["metadata"],
             )
             for row in rows
         ]
+
+    async def fork(
+        self,
+        tenant_id: str,
+        source_id: str,
+        *,
+        at_seq: int | None = None,
+        session_id: str | None = None,
+    ) -> Fork:
+        return await fork_in_postgres(
+            self._pool, self, tenant_id, source_id, at_seq=at_seq, session_id=session_id
+        )
 
     async def head(self, tenant_id: str, session_id: str) -> int:
         check_identifier(tenant_id, "tenant")

@@ -14,6 +14,7 @@ from typing import Final, Protocol
 
 from keel_stream.errors import InvalidRequest
 from keel_stream.kernel.commits import PreparedCommit
+from keel_stream.kernel.forks import Fork
 from keel_stream.kernel.status import RunStatus
 from keel_stream.kernel.types import CommitRequest, Event, LeaseToken, Submission
 
@@ -89,6 +90,22 @@ class Ledger(Protocol):
         self, tenant_id: str, session_id: str, after: int = 0, limit: int = 100
     ) -> list[Event]:
         """Committed events with seq > after, in seq order, at most limit."""
+        ...
+
+    async def fork(
+        self,
+        tenant_id: str,
+        source_id: str,
+        *,
+        at_seq: int | None = None,
+        session_id: str | None = None,
+    ) -> Fork:
+        """A new native session of the tenant whose log is a copy of the source's first at_seq
+        events (the head when None), checked by the kernel and written in one transaction: kind,
+        payload, idempotency key and digest kept, provenance in each copy's metadata, the run
+        it owes queued (keel_stream.kernel.forks). SessionNotFound for an unknown source,
+        ExternalSession for an external one, InvalidRequest past its head, SessionExists when
+        session_id is taken, HistoryTooLong over MAX_HISTORY_EVENTS."""
         ...
 
     async def head(self, tenant_id: str, session_id: str) -> int:

@@ -28,6 +28,8 @@ class SessionRecord:
     external_ref: str | None
     external_status: str | None
     metering: str | None
+    forked_from: str | None = None
+    forked_at_seq: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +52,8 @@ def _session(row: asyncpg.Record) -> SessionRecord:
         external_ref=fields.get("external_ref"),
         external_status=fields.get("external_status"),
         metering=fields.get("metering"),
+        forked_from=fields.get("forked_from"),
+        forked_at_seq=fields.get("forked_at_seq"),
     )
 
 
@@ -63,10 +67,21 @@ class PostgresSessions:
             row = await self._pool.fetchrow(query("get_session"), tenant, session_id)
         return None if row is None else _session(row)
 
-    async def page(self, tenant: str, cursor: str | None, limit: int) -> list[SessionRecord]:
-        """Up to `limit` sessions of the tenant after `cursor`, in the list's order."""
+    async def page(
+        self,
+        tenant: str,
+        cursor: str | None,
+        limit: int,
+        *,
+        run_status: str | None = None,
+        state_owner: str | None = None,
+    ) -> list[SessionRecord]:
+        """Up to `limit` sessions of the tenant after `cursor`, in the list's order; only those
+        whose run has `run_status` ('none': no run) and of `state_owner`, when given."""
         async with translated("list sessions"):
-            rows = await self._pool.fetch(query("list_sessions"), tenant, cursor, limit)
+            rows = await self._pool.fetch(
+                query("list_sessions"), tenant, cursor, limit, run_status, state_owner
+            )
         return [_session(r) for r in rows]
 
     async def run_of(self, tenant: str, session_id: str) -> RunRecord | None:

@@ -1,6 +1,6 @@
 SELECT s.session_id, s.last_seq, s.state_owner, s.external_backend, s.external_ref,
        s.external_status, s.metering, s.created_at, r.status AS run_status,
-       r.attempts, r.lease_epoch
+       r.attempts, r.lease_epoch, s.forked_from, s.forked_at_seq
 FROM sessions AS s
 LEFT JOIN runs AS r USING (tenant_id, session_id)
 WHERE s.tenant_id = $1 AND s.session_id = $2;

@@ -47,11 +47,11 @@ WITH RECURSIVE deleted AS (
      ORDER BY o.id
      LIMIT $1)
 )
-SELECT b.id, b.tenant_id, b.session_id, b.seq, e.kind, e.payload, e.committed_at
+SELECT b.id, b.tenant_id, b.session_id, b.seq, e.kind, e.payload, e.committed_at, e.metadata
 FROM batch AS b
 CROSS JOIN LATERAL (
     -- One primary-key lookup per row (LIMIT keeps the planner from hashing the whole ledger).
-    SELECT v.kind, v.payload, v.committed_at
+    SELECT v.kind, v.payload, v.committed_at, v.metadata
     FROM events AS v
     WHERE v.tenant_id = b.tenant_id AND v.session_id = b.session_id AND v.seq = b.seq
     LIMIT 1
