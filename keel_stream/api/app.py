@@ -19,12 +19,15 @@ from keel_stream.api.deps import ApiConfig, Services
 from keel_stream.api.errors import install_error_handlers
 from keel_stream.api.hub import LiveHub
 from keel_stream.api.limits import BodyLimit
+from keel_stream.console import pages as console
 from keel_stream.gateway.agents import ExternalAgents
 from keel_stream.gateway.config import load_boot_config
 from keel_stream.readmodels import ReadModels
 from keel_stream.store import PostgresLedger, create_pool
 from keel_stream.store.external_sessions import PostgresExternalSessions
 from keel_stream.store.keys import KeyStore
+from keel_stream.store.ops import OpsReader
+from keel_stream.store.projection_state import PostgresProjectionStore
 from keel_stream.store.runs import PostgresRuns
 from keel_stream.store.sessions import PostgresSessions
 from keel_stream.store.tenant_configs import TenantConfigs
@@ -56,6 +59,8 @@ def create_app(config: ApiConfig) -> FastAPI:
             hub=hub,
             tenant_configs=configs,
             external=agents,
+            ops=OpsReader(pool),
+            projections=PostgresProjectionStore(pool),
         )
         try:
             yield
@@ -80,4 +85,6 @@ def create_app(config: ApiConfig) -> FastAPI:
         app.include_router(router)
     app.include_router(tenant_config.router)
     app.include_router(external.router)
+    app.include_router(console.router)
+    app.mount("/console/static", console.STATIC, name="console-static")
     return app

@@ -22,11 +22,15 @@ from keel_stream.kernel import StateOwner, check_identifier
 from keel_stream.readmodels import ReadModels
 from keel_stream.store import PostgresLedger
 from keel_stream.store.keys import KeyStore
+from keel_stream.store.ops import OpsReader
+from keel_stream.store.projection_state import PostgresProjectionStore
 from keel_stream.store.runs import PostgresRuns
 from keel_stream.store.sessions import PostgresSessions, SessionRecord
 from keel_stream.store.tenant_configs import TenantConfigs
 
 __all__ = [
+    "CONSOLE_COOKIE",
+    "CONSOLE_HEADER",
     "ERRORS",
     "ApiConfig",
     "Config",
@@ -77,6 +81,8 @@ class Services:
     hub: LiveHub
     tenant_configs: TenantConfigs
     external: ExternalAgents
+    ops: OpsReader
+    projections: PostgresProjectionStore
 
 
 def services_of(request: Request) -> Services:
@@ -100,13 +106,31 @@ _BEARER: Final = HTTPBearer(
 )
 
 
+CONSOLE_COOKIE: Final = "keel_console"
+"""The console's sign-in: the API key in an HttpOnly, SameSite=Strict cookie (never a URL)."""
+CONSOLE_HEADER: Final = "X-Keel-Console"
+"""Sent by the console's own scripts: a write authenticated by the cookie needs it (a form or
+a cross-site page cannot set it), so the cookie alone never authorises a write."""
+_SAFE_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def _key_of(request: Request, credentials: HTTPAuthorizationCredentials | None) -> str:
+    if credentials is not None:
+        return credentials.credentials.strip()
+    cookie = request.cookies.get(CONSOLE_COOKIE, "").strip()
+    if cookie and request.method not in _SAFE_METHODS and CONSOLE_HEADER not in request.headers:
+        raise Unauthorized(f"a write signed in by the console's cookie needs {CONSOLE_HEADER}")
+    return cookie
+
+
 async def tenant_of(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)] = None,
 ) -> str:
-    """The tenant of the request's API key (`Authorization: Bearer <key>`); our own 401 body
-    when it is missing or unknown (auto_error off: FastAPI's would be a 403 of another shape)."""
-    key = credentials.credentials.strip() if credentials is not None else ""
+    """The tenant of the request's API key (`Authorization: Bearer <key>`, or the console's
+    cookie); our own 401 body when it is missing or unknown (auto_error off: FastAPI's would
+    be a 403 of another shape)."""
+    key = _key_of(request, credentials)
     if not key:
         raise Unauthorized("send Authorization: Bearer <api key>")
     tenant = await services_of(request).keys.tenant_for(key)

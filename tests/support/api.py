@@ -41,7 +41,9 @@ async def serve_api(
     bootstrap: str | None = None,
     topic_prefix: str = "",
     boot_config: TenantConfig | None = None,
+    port: int | None = None,
 ) -> AsyncIterator[Api]:
+    """The API on a loopback port (`port` to serve again where an earlier one served)."""
     pool = await create_pool(database_url, max_size=1)
     try:
         ledger = PostgresLedger(pool)
@@ -54,7 +56,7 @@ async def serve_api(
         database_url, bootstrap, topic_prefix, heartbeat_s=1.0, boot_config=boot_config
     )
     config.data_dir = Path(tempfile.mkdtemp(prefix="keel-api-"))
-    port = free_port()
+    port = port or free_port()
     server = api_server(config, "127.0.0.1", port)
     task = asyncio.create_task(server.serve())
     ready = asyncio.create_task(server.ready.wait())

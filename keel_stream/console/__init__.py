@@ -1,0 +1,1 @@
+"""The web console over the ledger (served by the API process)."""
