@@ -31,3 +31,5 @@ class PayloadRule(StrEnum):
     BACKEND_MISSING = "backend_missing"
     EXTERNAL_REF_MISSING = "external_ref_missing"
     STATE_OWNER_INVALID = "state_owner_invalid"
+    APPROVAL_INVALID = "approval_invalid"
+    DECISION_INVALID = "decision_invalid"

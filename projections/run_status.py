@@ -66,12 +66,16 @@ class RunStatusProjection:
             "durationMs": state.duration_ms,
             "unansweredInputs": list(account.unanswered),
             "owedTurn": account.owed_turn,
+            "openDecisions": list(account.open_decisions),
+            "waitingOnDecisions": account.waiting,
             "inputLedger": {
                 "inputs": list(ledger.inputs),
                 "answered": sorted(ledger.answered),
                 "firstTracked": ledger.first_tracked,
                 "latestStop": ledger.latest_stop,
                 "latestFailed": ledger.latest_failed,
+                "pendingCalls": sorted(ledger.pending_calls),
+                "awaitingDecisions": sorted(ledger.awaiting),
             },
         }
 
@@ -91,6 +95,8 @@ class RunStatusProjection:
                 first_tracked=ledger.get("firstTracked"),
                 latest_stop=ledger.get("latestStop"),
                 latest_failed=bool(ledger.get("latestFailed", False)),
+                pending_calls=frozenset(ledger.get("pendingCalls", ())),
+                awaiting=frozenset(ledger.get("awaitingDecisions", ())),
             ),
         )
 

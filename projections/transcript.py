@@ -11,7 +11,9 @@ it: a guide after its sibling tool results, a queued input at the next claim); u
 older than that field) is taken to have seen every input before it. Terminal failed answers
 (stopReason error or aborted) are left out of the view and place nothing: the retry presents
 those inputs again. A compaction replaces `context` with its summary followed by the suffix that
-starts at `firstKeptSeq`; waiting inputs were never presented and stay waiting.
+starts at `firstKeptSeq`; waiting inputs were never presented and stay waiting. A decision answer
+(a user.message with a `decision`) is an entry but never an input: its call's tool.result is
+what the model sees.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from keel_stream.kernel.decisions import answer_of
 from keel_stream.kernel.inputs import is_terminal_failure
 from keel_stream.kernel.validation import tool_call_blocks
 from keel_stream.kernel.vocabulary import Kind
@@ -142,6 +145,11 @@ def _user(t: _Builder, event: EventLike) -> None:
         "delivery": p.get("delivery", "queue"),
         "requestId": p.get("requestId"),
     }
+    decision = answer_of(p)
+    if decision is not None:
+        # A decision answer is not an input: the model sees its outcome in the tool result.
+        t.entries.append({**entry, "decision": dict(decision)})
+        return
     t.entries.append(entry)
     t.waiting.append(_user_message(entry))
 

@@ -5,6 +5,10 @@ inputSeqs. A terminal failure (stopReason error or aborted) answers nothing: a f
 retried and a cancellation is not re-run, but neither consumed the input. Before the first
 assistant.message that carries inputSeqs (a legacy prefix of an upgraded log), inputs are judged
 by the run's read_watermark instead.
+
+A decision answer (a user.message with a ``decision``) is not an input. While every call of the
+latest answer that has no result waits on an open decision, the session is waiting: no model
+request can be made (the calls have no results), so nothing is owed until an answer arrives.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from keel_stream.kernel.decisions import answer_of, approval_of
 from keel_stream.kernel.types import EventLike
 from keel_stream.kernel.vocabulary import Kind, StopReason
 
@@ -37,11 +42,15 @@ class InputAccount:
     """The latest assistant is a terminal failure or asked for tools: the model owes a turn."""
     unpresented: tuple[int, ...] = ()
     """The unanswered inputs that no request has presented to the model yet (arrived late)."""
+    open_decisions: tuple[str, ...] = ()
+    """Gated calls of the latest answer with neither an answer nor a result."""
+    waiting: bool = False
+    """Every call of the latest answer without a result waits on an open decision."""
 
     @property
     def needs_turn(self) -> bool:
         """A run that settles now with nothing owed would be wrong to call done."""
-        return self.owed_turn or bool(self.unanswered)
+        return (self.owed_turn or bool(self.unanswered)) and not self.waiting
 
 
 def is_terminal_failure(payload: Mapping[str, Any]) -> bool:
@@ -62,6 +71,10 @@ class InputTally:
     """Seq of the first assistant.message that carries inputSeqs."""
     latest_stop: str | None = None
     latest_failed: bool = False
+    pending_calls: frozenset[str] = frozenset()
+    """Calls of the latest answer (if it asked for tools) that have no result yet."""
+    awaiting: frozenset[str] = frozenset()
+    """Of those, the gated ones whose decision has no answer yet."""
 
     def observe(self, event: EventLike) -> InputTally:
         """The ledger after one more event (in seq order)."""
@@ -72,15 +85,27 @@ class InputTally:
         inputs = list(self.inputs)
         answered = set(self.answered)
         presented = set(self.presented)
+        pending, awaiting = set(self.pending_calls), set(self.awaiting)
         first, stop, failed = self.first_tracked, self.latest_stop, self.latest_failed
         for event in events:
             if event.kind == Kind.USER_MESSAGE:
-                inputs.append(event.seq)
+                decision = answer_of(event.payload)
+                if decision is None:
+                    inputs.append(event.seq)
+                else:
+                    awaiting.discard(str(decision.get("id")))
+            elif event.kind == Kind.TOOL_RESULT:
+                call = str(event.payload.get("toolCallId"))
+                pending.discard(call)
+                awaiting.discard(call)
             elif event.kind == Kind.ASSISTANT_MESSAGE:
                 payload = event.payload
                 failed = is_terminal_failure(payload)
                 latest = payload.get("stopReason")
                 stop = latest if isinstance(latest, str) else None
+                pending, awaiting = (
+                    _calls_of(payload) if stop == StopReason.TOOL_USE else (set(), set())
+                )
                 seqs = payload.get("inputSeqs")
                 if isinstance(seqs, list):
                     if first is None:
@@ -89,8 +114,9 @@ class InputTally:
                     if not failed:
                         answered.update(s for s in seqs if isinstance(s, int))
         return InputTally(
-            tuple(inputs), frozenset(answered), frozenset(presented), first, stop, failed
-        )
+            tuple(inputs), frozenset(answered), frozenset(presented), first, stop, failed,
+            frozenset(pending), frozenset(awaiting),
+        )  # fmt: skip
 
     def account(self, read_watermark: int = 0) -> InputAccount:
         """Unanswered inputs and owedTurn, judging the legacy prefix by the watermark."""
@@ -102,9 +128,27 @@ class InputTally:
             return legacy and seq <= read_watermark
 
         unanswered = tuple(s for s in self.inputs if not is_answered(s))
-        owed = self.latest_failed or self.latest_stop == StopReason.TOOL_USE
+        waiting = bool(self.pending_calls) and self.pending_calls <= self.awaiting
+        owed = self.latest_failed or (self.latest_stop == StopReason.TOOL_USE and not waiting)
         unpresented = tuple(s for s in unanswered if s not in self.presented)
-        return InputAccount(unanswered=unanswered, owed_turn=owed, unpresented=unpresented)
+        return InputAccount(
+            unanswered=unanswered,
+            owed_turn=owed,
+            unpresented=unpresented,
+            open_decisions=tuple(sorted(self.awaiting)),
+            waiting=waiting,
+        )
+
+
+def _calls_of(payload: Mapping[str, Any]) -> tuple[set[str], set[str]]:
+    """The call ids of an answer, and those gated by an approval."""
+    calls, gated = set(), set()
+    for block in payload.get("content") or ():
+        if isinstance(block, dict) and block.get("type") == "toolCall":
+            calls.add(str(block.get("id")))
+            if approval_of(block) is not None:
+                gated.add(str(block.get("id")))
+    return calls, gated
 
 
 def account_inputs(events: Iterable[EventLike], read_watermark: int = 0) -> InputAccount:

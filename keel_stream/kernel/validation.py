@@ -13,6 +13,7 @@ import orjson
 
 from keel_stream.errors import InvalidPayload, PayloadRule
 from keel_stream.kernel.canonical import canonical_json
+from keel_stream.kernel.decisions import validate_answer, validate_approval
 from keel_stream.kernel.delivery import Delivery
 from keel_stream.kernel.vocabulary import Kind
 
@@ -50,6 +51,7 @@ def _validate_user_message(payload: Payload) -> None:
         retry_of = payload["retryOf"]
         if not is_json_int(retry_of) or retry_of < 0:
             raise _fail(PayloadRule.RETRY_OF_INVALID, "retryOf must be a non-negative integer")
+    validate_answer(payload)
 
 
 def tool_call_blocks(payload: Payload) -> list[Mapping[str, Any]]:
@@ -75,6 +77,7 @@ def _validate_assistant_message(payload: Payload) -> None:
         if call_id in seen:
             raise _fail(PayloadRule.TOOL_CALL_ID_DUPLICATE, f"toolCall id {call_id!r} repeats")
         seen.add(call_id)
+        validate_approval(block)
     if "inputSeqs" in payload:
         seqs = payload["inputSeqs"]
         if not isinstance(seqs, list) or not all(is_json_int(s) and s > 0 for s in seqs):

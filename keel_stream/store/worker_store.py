@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from keel_stream.store.connect import create_pool
+from keel_stream.store.deadlines import Deadlines, MemoryDeadlines, PostgresDeadlines
 from keel_stream.store.memory import MemoryStore
 from keel_stream.store.notifications import Listener
 from keel_stream.store.postgres import PostgresLedger
@@ -36,6 +37,8 @@ class WorkerStore:
     runs: Runs
     configs: TenantConfigReader | None = None
     """None: no stored documents (the memory store); only the boot document applies."""
+    deadlines: Deadlines = field(default_factory=MemoryDeadlines)
+    """Open decisions' expiry times (the expiry sweeper's index)."""
 
 
 @contextlib.asynccontextmanager
@@ -62,7 +65,10 @@ async def postgres_worker_store(
         for listener in listeners:
             await listener.start()
         yield WorkerStore(
-            PostgresLedger(pool), PostgresRuns(pool, owner, lease_ttl_s), TenantConfigs(pool)
+            PostgresLedger(pool),
+            PostgresRuns(pool, owner, lease_ttl_s),
+            TenantConfigs(pool),
+            PostgresDeadlines(pool),
         )
     finally:
         for listener in listeners:

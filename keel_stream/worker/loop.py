@@ -8,9 +8,12 @@ the context is compacted first if it outgrew that budget; the request carries th
 model view and the tools (built-ins and the tenant's ToolProviders'), and the inputs it presents
 become its inputSeqs, so the log replays exactly what the model saw. The provider's output is
 assembled and committed as an assistant.message before any tool runs; each tool call's result is
-committed as a tool.result keyed by its toolCallId. The loop ends at end_turn, on a provider
-error, on a refused settings choice, on cancel, or at the turn bound; the settler then commits
-run.finished under the same lease and settles the run.
+committed as a tool.result keyed by its toolCallId. A call the tenant's policy gates is committed
+with an `approval` (the decision is opened by the answer's own commit) and runs only once its
+decision is answered; the ungated siblings run at once, and while decisions stay open the attempt
+ends waiting, holding no lease (keel_stream.worker.decisions). The loop ends at end_turn, on a
+provider error, on a refused settings choice, on cancel, waiting on decisions, or at the turn
+bound; the settler then commits run.finished under the same lease and settles the run.
 """
 
 from __future__ import annotations
@@ -21,10 +24,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from keel_stream.clock import Clock, utc_now
+from keel_stream.gateway.config_policy import Policy
 from keel_stream.kernel import Event, InputTally, Kind, StopReason
+from keel_stream.kernel.decisions import approval_of
 from keel_stream.kernel.validation import tool_call_blocks
 from keel_stream.logs import get_logger
 from keel_stream.projections.transcript import TRANSCRIPT, TranscriptState
+from keel_stream.store.deadlines import Deadlines
 from keel_stream.store.protocol import Claim, Ledger, Runs
 from keel_stream.worker.agent_settings import (
     AttemptSettings,
@@ -36,6 +43,7 @@ from keel_stream.worker.agent_settings import (
 )
 from keel_stream.worker.answers import Answer, ask_model
 from keel_stream.worker.compaction import Compactor
+from keel_stream.worker.decisions import Resolution, answers_in, gate_calls, resolve
 from keel_stream.worker.metrics import observe_answer
 from keel_stream.worker.partials import PartialsPublisher
 from keel_stream.worker.providers.base import Provider, ToolSpec
@@ -64,10 +72,13 @@ def _unanswered_calls(state: TranscriptState) -> list[Mapping[str, Any]]:
 
 @dataclass(frozen=True, slots=True)
 class _Attempt:
-    """What one attempt runs with: its tenant's model settings and tools."""
+    """What one attempt runs with: its tenant's model settings, tools, approval policy and the
+    decision answers in the log."""
 
     settings: AttemptSettings
     toolbox: Toolbox
+    policy: Policy | None
+    answers: dict[str, tuple[int, Mapping[str, Any]]]
 
 
 class AgentLoop:
@@ -83,15 +94,18 @@ class AgentLoop:
         configs: TenantConfigCache | None = None,
         model_providers: ProviderFactory | None = None,
         tool_providers: ToolProviders | None = None,
+        clock: Clock = utc_now,
+        deadlines: Deadlines | None = None,
     ) -> None:
         self._ledger = ledger
         self._partials = partials
         self._max_turns = max_turns
-        self._settler = Settler(runs, provider.name, provider.model)
+        self._settler = Settler(runs, provider.name, provider.model, deadlines)
         self._fallback = TurnModel(provider, context_budget_chars)
         self._configs = configs or TenantConfigCache(None, None)
         self._model_providers = model_providers or ModelProviders()
         self._tool_providers = tool_providers
+        self._clock = clock
         self._log = get_logger("worker")
 
     async def _setup(self, tenant: str, history: list[Event]) -> _Attempt:
@@ -102,7 +116,8 @@ class AgentLoop:
         if resolved is not None and self._tool_providers is not None:
             declared = resolved.config.external.tools
             connections = self._tool_providers.for_tenant(tenant, declared)
-        return _Attempt(settings, Toolbox(connections))
+        policy = resolved.config.policy if resolved is not None else None
+        return _Attempt(settings, Toolbox(connections), policy, answers_in(history))
 
     async def run_attempt(self, claim: Claim, signals: Signals) -> AttemptResult:
         """Run (or, after a takeover, settle) one attempt; never raises for the attempt's own
@@ -131,14 +146,20 @@ class AgentLoop:
 
     async def _attempt(self, io: SessionIO, record: AttemptRecord, signals: Signals) -> None:
         history = await io.read_log()
-        if not InputTally().observe_many(history).account(io.claim.read_watermark).needs_turn:
-            return  # Nothing owed (a race with an answer): settled done, with its summary.
+        account = InputTally().observe_many(history).account(io.claim.read_watermark)
+        if not account.needs_turn:
+            # Nothing owed (a race with an answer), or only decisions to wait for: settled
+            # done, with its summary.
+            record.waiting = account.waiting
+            return
         attempt = await self._setup(io.claim.tenant, history)
         transcript = TRANSCRIPT.apply_many(TRANSCRIPT.initial(), history)
         seen = history[-1].seq if history else 0
         while True:
             transcript = await self._answer_calls(io, transcript, record, signals, attempt)
-            if signals.cancel.is_set():
+            if record.waiting:
+                break
+            if signals.cancel.is_set() or record.cancelled:
                 record.cancelled, record.stop_reason = True, StopReason.ABORTED
                 break
             if record.turns >= self._max_turns:
@@ -163,7 +184,7 @@ class AgentLoop:
                 model.provider.name, time.monotonic() - asked, answer.finish,
                 cancelled=answer.cancelled,
             )  # fmt: skip
-            committed = await self._commit_answer(io, answer, transcript, record, model)
+            committed = await self._commit_answer(io, answer, transcript, record, model, attempt)
             seen = max(seen, committed.seq)
             transcript = TRANSCRIPT.apply_many(transcript, [committed])
             if answer.cancelled or record.stop_reason != StopReason.TOOL_USE:
@@ -181,6 +202,8 @@ class AgentLoop:
             e for e in fresh if e.kind == Kind.USER_MESSAGE and e.payload.get("delivery") == _GUIDE
         ]
         attempt.settings.observe(guides)
+        for decision, answered in answers_in(fresh).items():
+            attempt.answers.setdefault(decision, answered)
         return TRANSCRIPT.apply_many(transcript, guides), fresh[-1].seq
 
     async def _compact(
@@ -237,6 +260,7 @@ class AgentLoop:
         transcript: TranscriptState,
         record: AttemptRecord,
         model: TurnModel,
+        attempt: _Attempt,
     ) -> Event:
         finish = answer.finish
         record.add_usage(finish.usage)
@@ -244,7 +268,11 @@ class AgentLoop:
         record.model = model
         payload: dict[str, Any] = {
             "role": "assistant",
-            "content": answer.content,
+            "content": (
+                gate_calls(answer.content, attempt.policy, self._clock())
+                if record.stop_reason == StopReason.TOOL_USE
+                else answer.content
+            ),
             "inputSeqs": [m["seq"] for m in transcript.waiting],
             "stopReason": record.stop_reason,
             "generationId": answer.generation_id,
@@ -273,12 +301,25 @@ class AgentLoop:
         signals: Signals,
         attempt: _Attempt,
     ) -> TranscriptState:
-        """Run the latest answer's calls that have no result yet, committing each result."""
+        """Run the latest answer's calls that have no result yet, committing each result; a gated
+        call runs as its answered decision says, and one still open is left waiting."""
+        waiting = False
         for call in _unanswered_calls(transcript):
-            event = await self._run_tool(io, call, record, signals, attempt.toolbox)
+            resolution = None
+            if approval_of(call) is not None:
+                answered = attempt.answers.get(str(call["id"]))
+                if answered is None:
+                    waiting = True
+                    continue
+                resolution = resolve(call, *answered)
+            event = await self._run_tool(io, call, record, signals, attempt.toolbox, resolution)
             if event is None:
                 break
             transcript = TRANSCRIPT.apply_many(transcript, [event])
+            if resolution is not None and resolution.cancel:
+                record.cancelled, record.stop_reason = True, StopReason.ABORTED
+                return transcript
+        record.waiting = waiting
         return transcript
 
     async def _run_tool(
@@ -288,16 +329,21 @@ class AgentLoop:
         record: AttemptRecord,
         signals: Signals,
         toolbox: Toolbox,
+        resolution: Resolution | None = None,
     ) -> Event | None:
-        """Run one call and commit its result; None if cancelled while it ran."""
+        """Run one call (as its decision says, if it had one) and commit its result; None if
+        cancelled while it ran."""
         began = time.monotonic()
         raw = call.get("invalidArguments")
+        arguments = call.get("arguments", {}) if resolution is None else resolution.arguments
         if raw is not None:
             text, is_error = f"the arguments are not a JSON object: {raw}", True
+        elif arguments is None and resolution is not None:
+            text, is_error = resolution.text, resolution.is_error
         else:
             try:
                 text, is_error = await unless_stopped(
-                    toolbox.run(str(call["name"]), call.get("arguments", {})), signals
+                    toolbox.run(str(call["name"]), arguments), signals
                 )
             except Stopped:
                 if signals.fenced.is_set():
@@ -306,14 +352,14 @@ class AgentLoop:
         record.timings.append(
             {"toolCallId": call["id"], "name": call["name"], "durationMs": _ms(began)}
         )
-        return await io.commit(
-            Kind.TOOL_RESULT,
-            {
-                "toolCallId": call["id"],
-                "content": [{"type": "text", "text": text}],
-                "isError": is_error,
-            },
-        )
+        result: dict[str, Any] = {
+            "toolCallId": call["id"],
+            "content": [{"type": "text", "text": text}],
+            "isError": is_error,
+        }
+        if resolution is not None:
+            result["decision"] = resolution.provenance
+        return await io.commit(Kind.TOOL_RESULT, result)
 
 
 def _ms(since: float) -> int:

@@ -7,7 +7,8 @@ from typing import Any
 
 from keel_stream.errors import LeaseFenced
 from keel_stream.kernel import CommitRequest, Event, Kind
-from keel_stream.store.protocol import MAX_READ_LIMIT, Claim, Ledger
+from keel_stream.store.protocol import Claim, Ledger
+from keel_stream.store.reading import whole_log
 
 __all__ = ["Fenced", "SessionIO"]
 
@@ -23,16 +24,7 @@ class SessionIO:
 
     async def read_log(self, after: int = 0) -> list[Event]:
         """Every event after `after`, in seq order."""
-        claim = self.claim
-        events: list[Event] = []
-        while True:
-            page = await self._ledger.read_events(
-                claim.tenant, claim.session, after=after, limit=MAX_READ_LIMIT
-            )
-            events.extend(page)
-            if len(page) < MAX_READ_LIMIT:
-                return events
-            after = page[-1].seq
+        return await whole_log(self._ledger, self.claim.tenant, self.claim.session, after)
 
     async def commit(self, kind: Kind, payload: dict[str, Any]) -> Event:
         """Commit an owner-scoped fact under the claim's lease; Fenced if it is stale."""

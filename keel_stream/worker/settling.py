@@ -25,8 +25,10 @@ from keel_stream.kernel import (
 )
 from keel_stream.kernel.status import fresh_budget
 from keel_stream.logs import get_logger
+from keel_stream.store.deadlines import Deadlines
 from keel_stream.store.protocol import Runs, Settlement
 from keel_stream.worker.agent_settings import TurnModel
+from keel_stream.worker.expiry import deadlines_of, has_decisions
 from keel_stream.worker.metrics import SETTLED
 from keel_stream.worker.session_io import SessionIO
 
@@ -55,6 +57,8 @@ class AttemptRecord:
     cancelled: bool = False
     failed: bool = False
     permanent: bool = False
+    waiting: bool = False
+    """The attempt stopped because every call left waits on an open decision."""
     duration_ms: int | None = None
     """Known only for attempts this process ran."""
     model: TurnModel | None = None
@@ -101,8 +105,11 @@ def _outcome_status(outcome: AttemptOutcome) -> str:
 
 
 class Settler:
-    def __init__(self, runs: Runs, provider: str, model: str) -> None:
+    def __init__(
+        self, runs: Runs, provider: str, model: str, deadlines: Deadlines | None = None
+    ) -> None:
         self._runs = runs
+        self._deadlines = deadlines
         self._provider = provider
         self._model = model
         self._log = get_logger("worker")
@@ -143,16 +150,25 @@ class Settler:
         claim = io.claim
         inputs = InputTally().observe_many(log)
         account = inputs.account(claim.read_watermark)
+        # An attempt that stopped to wait owes nothing; if an answer arrived before this read,
+        # the session owes a run again at once (as for late input).
+        answered_meanwhile = record.waiting and account.needs_turn
         outcome = AttemptOutcome(
             cancelled=record.cancelled,
-            failed=record.failed or (not record.cancelled and account.owed_turn),
+            failed=record.failed
+            or (not record.cancelled and not record.waiting and account.owed_turn),
             attempts=claim.attempts,
             max_attempts=claim.max_attempts,
-            more_input=bool(account.unpresented) and not abandoned,
+            more_input=answered_meanwhile
+            or (bool(account.unpresented) and not abandoned and not account.waiting),
             permanent=record.permanent,
         )
         if summarise:
-            await self._summarise(io, record, outcome)
+            await self._summarise(io, record, outcome, account.open_decisions)
+        if self._deadlines is not None and has_decisions(log):
+            # Before the lease is given up, so a decision is never open without its deadline.
+            open_now = deadlines_of(claim.tenant, claim.session, log)
+            await self._deadlines.sync(claim.tenant, claim.session, open_now)
         settlement = Settlement(
             status=finish_status(outcome),
             read_watermark=max(inputs.answered, default=0),
@@ -165,7 +181,11 @@ class Settler:
         return AttemptResult(status, record.turns, record.stop_reason)
 
     async def _summarise(
-        self, io: SessionIO, record: AttemptRecord, outcome: AttemptOutcome
+        self,
+        io: SessionIO,
+        record: AttemptRecord,
+        outcome: AttemptOutcome,
+        open_decisions: tuple[str, ...] = (),
     ) -> None:
         summary: dict[str, Any] = {
             "status": _outcome_status(outcome),
@@ -190,6 +210,8 @@ class Settler:
             summary["error"] = record.error
         if record.abandoned_epoch is not None:
             summary["abandonedEpoch"] = record.abandoned_epoch
+        if open_decisions:
+            summary["openDecisions"] = list(open_decisions)
         try:
             await io.commit(Kind.RUN_FINISHED, summary)
         except KeelError as exc:

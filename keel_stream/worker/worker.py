@@ -35,6 +35,7 @@ from keel_stream.store.worker_store import (
 )
 from keel_stream.topics.catalog import PARTIALS
 from keel_stream.worker.agent_settings import ModelProviders, ProviderFactory, TenantConfigCache
+from keel_stream.worker.expiry import DecisionSweeper
 from keel_stream.worker.loop import AgentLoop, Signals
 from keel_stream.worker.metrics import ACTIVE, CLAIMED, TAKEOVERS
 from keel_stream.worker.partials import PartialsPublisher
@@ -115,7 +116,10 @@ class Worker:
             configs=TenantConfigCache(store.configs, config.boot_config, config.config_ttl_s),
             model_providers=config.model_providers,
             tool_providers=tool_providers,
+            deadlines=store.deadlines,
         )  # fmt: skip
+        sweeper = DecisionSweeper(store.ledger, store.deadlines, config.owner)
+        sweeping = asyncio.create_task(sweeper.run(stop))
         self._log.info("ready", slots=config.slots)
         try:
             while not stop.is_set():
@@ -133,6 +137,9 @@ class Worker:
                     await asyncio.wait_for(_first(wake, stop), config.poll_s)
             await self._drain(store.runs)
         finally:
+            sweeping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeping
             await tool_providers.aclose()
             await partials.stop()
             self._log.info("stopped")

@@ -161,4 +161,20 @@ BAD_PAYLOADS: tuple[BadPayload, ...] = (
     BadPayload(
         "integer beyond 64 bits", "compaction", {"tokens": 2**70}, PayloadRule.PAYLOAD_NOT_JSON
     ),
+    BadPayload(
+        "approval without digest",
+        "assistant.message",
+        {"content": [{**call(), "approval": {"decisionId": "call-1", "outcomes": ["approve"]}}]},
+        PayloadRule.APPROVAL_INVALID,
+    ),
+    BadPayload(
+        "decision under another key",
+        "user.message",
+        {
+            "requestId": "r-1",
+            "decision": {"id": "call-1", "outcome": "approve", "argsDigest": "sha256:0"},
+        },
+        PayloadRule.DECISION_INVALID,
+        key="r-1",
+    ),
 )

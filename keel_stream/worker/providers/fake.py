@@ -4,7 +4,8 @@ By default it answers `echo: <the latest user text>`, one word per delta. Direct
 latest user message script it:
 
 - `[[tool:NAME {json args}]]`: first ask for the tool, answer after its result arrives
-  (arguments that are not a JSON object, NaN included, are kept as `invalidArguments`);
+  (arguments that are not a JSON object, NaN included, are kept as `invalidArguments`); several
+  such directives ask for several tools in one answer;
 - `[[fail:N]]`: fail (stopReason error) on the first N attempts of the run;
 - `[[fail-after-tool]]`: fail on the request that follows a tool result;
 - `[[slow:MS]]`: wait MS milliseconds before each delta (a slow token stream).
@@ -68,6 +69,17 @@ def _result_text(messages: Sequence[Mapping[str, Any]]) -> str:
     return ""
 
 
+def _call(generation_id: str, index: int, spec: str) -> ToolCall:
+    """The index-th tool directive of the message as a call (ids: call-<generation>, then
+    call-<generation>-2, -3, ...)."""
+    name, _, raw = spec.strip().partition(" ")
+    arguments = json_object(raw) if raw.strip() else {}
+    call_id = f"call-{generation_id}" + (f"-{index + 1}" if index else "")
+    if arguments is None:  # e.g. NaN: the call is answered with an error result
+        return ToolCall(call_id, name, {}, invalid_arguments=raw)
+    return ToolCall(call_id, name, arguments)
+
+
 class FakeProvider:
     name = "fake"
 
@@ -88,15 +100,11 @@ class FakeProvider:
         if request.attempt <= fail_attempts or (after_tool and "fail-after-tool" in directives):
             yield Finish("error", usage, error="fake provider failure")
             return
-        if "tool" in directives and not after_tool:
-            name, _, raw = directives["tool"].strip().partition(" ")
-            arguments = json_object(raw) if raw.strip() else {}
-            call_id = f"call-{request.generation_id}"
-            if arguments is None:  # e.g. NaN: the call is answered with an error result
-                yield ToolCall(call_id, name, {}, invalid_arguments=raw)
-            else:
-                yield ToolCall(call_id, name, arguments)
-            yield Finish("tool_use", {**usage, "output": 1})
+        calls = [m[2] or "" for m in _DIRECTIVE.finditer(text) if m[1] == "tool"]
+        if calls and not after_tool:
+            for index, spec in enumerate(calls):
+                yield _call(request.generation_id, index, spec)
+            yield Finish("tool_use", {**usage, "output": len(calls)})
             return
         reply = f"done: {_result_text(request.messages)}" if after_tool else f"echo: {plain}"
         words = reply.split(" ")
