@@ -39,6 +39,7 @@ class Component(StrEnum):
 
     API = "api"
     GATEWAY = "gateway"
+    HOOKS = "hooks"
     PROJECTOR = "projector"
     RELAY = "relay"
     WORKER = "worker"

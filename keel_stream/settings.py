@@ -88,6 +88,18 @@ class KeelSettings(BaseSettings):
     one, or a durable Apache Kafka under the data directory (needs Java 17+ and Maven)."""
     metrics_host: str = "127.0.0.1"
     """The interface metrics are served on; 0.0.0.0 in a container, to be scraped."""
+    hooks_allowed_hosts: str = ""
+    """Hosts, addresses or CIDRs (comma-separated) hooks may send to although they resolve to
+    loopback, private or link-local addresses (docs/hooks.md)."""
+    hooks_timeout_s: float = Field(default=15.0, gt=0, allow_inf_nan=False)
+    """The whole of one delivery attempt (resolution, connection, request, response)."""
+    hooks_retry_base_s: float = Field(default=5.0, gt=0, allow_inf_nan=False)
+    """The first retry's delay; the Standard Webhooks schedule scales with it."""
+    hooks_retry_max_delay_s: float = Field(default=86_400.0, gt=0, allow_inf_nan=False)
+    hooks_max_attempts: int = Field(default=10, ge=1, le=1000)
+    hooks_concurrency: int = Field(default=16, ge=1, le=1000)
+    """Attempts in flight at once per hooks process."""
+    hooks_poll_interval_s: float = Field(default=0.5, gt=0, allow_inf_nan=False)
 
     @field_validator("log_level", "log_format", mode="before")
     @classmethod

@@ -13,7 +13,17 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from keel_stream import __version__
-from keel_stream.api import external, ops, reads, runs, sessions, submissions, tenant_config
+from keel_stream.api import (
+    decisions,
+    external,
+    hooks,
+    ops,
+    reads,
+    runs,
+    sessions,
+    submissions,
+    tenant_config,
+)
 from keel_stream.api.access_log import AccessLog
 from keel_stream.api.deps import ApiConfig, Services
 from keel_stream.api.errors import install_error_handlers
@@ -22,9 +32,14 @@ from keel_stream.api.limits import BodyLimit
 from keel_stream.console import pages as console
 from keel_stream.gateway.agents import ExternalAgents
 from keel_stream.gateway.config import load_boot_config
+from keel_stream.hooks.egress import EgressPolicy
+from keel_stream.hooks.service import HookService
 from keel_stream.readmodels import ReadModels
+from keel_stream.settings import KeelSettings
 from keel_stream.store import PostgresLedger, create_pool
+from keel_stream.store.deadlines import PostgresDeadlines
 from keel_stream.store.external_sessions import PostgresExternalSessions
+from keel_stream.store.hooks import HookStore
 from keel_stream.store.keys import KeyStore
 from keel_stream.store.ops import OpsReader
 from keel_stream.store.projection_state import PostgresProjectionStore
@@ -61,6 +76,10 @@ def create_app(config: ApiConfig) -> FastAPI:
             external=agents,
             ops=OpsReader(pool),
             projections=PostgresProjectionStore(pool),
+            deadlines=PostgresDeadlines(pool),
+            hooks=HookService(
+                HookStore(pool), EgressPolicy.parse(KeelSettings().hooks_allowed_hosts)
+            ),
         )
         try:
             yield
@@ -85,6 +104,8 @@ def create_app(config: ApiConfig) -> FastAPI:
         app.include_router(router)
     app.include_router(tenant_config.router)
     app.include_router(external.router)
+    app.include_router(hooks.router)
+    app.include_router(decisions.router)
     app.include_router(console.router)
     app.mount("/console/static", console.STATIC, name="console-static")
     return app

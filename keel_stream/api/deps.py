@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Final
 
@@ -15,12 +17,15 @@ from keel_stream.api.errors import ErrorBody, Unauthorized
 from keel_stream.api.hub import LiveHub
 from keel_stream.api.limits import ApiLimits
 from keel_stream.api.models import ExternalView, ForkView, RunView, SessionView
+from keel_stream.clock import utc_now
 from keel_stream.errors import SessionNotFound
 from keel_stream.gateway.agents import ExternalAgents
 from keel_stream.gateway.config import TenantConfig
+from keel_stream.hooks.service import HookService
 from keel_stream.kernel import StateOwner, check_identifier
 from keel_stream.readmodels import ReadModels
 from keel_stream.store import PostgresLedger
+from keel_stream.store.deadlines import PostgresDeadlines
 from keel_stream.store.keys import KeyStore
 from keel_stream.store.ops import OpsReader
 from keel_stream.store.projection_state import PostgresProjectionStore
@@ -38,6 +43,7 @@ __all__ = [
     "Svc",
     "Tenant",
     "config_of",
+    "key_id_of",
     "services_of",
     "session_row",
     "session_view",
@@ -66,6 +72,8 @@ class ApiConfig:
     data_dir: Path = Path(".keel")
     """KEEL_DATA_DIR: the gateway's audit file and pidfiles live under it."""
     limits: ApiLimits = field(default_factory=ApiLimits.from_environment)
+    clock: Callable[[], datetime] = field(default=utc_now)
+    """Now, for decisions' expiry (tests move it forward a day)."""
     """Body size, header and body deadlines, connections (KEEL_API_* unless given)."""
 
 
@@ -83,6 +91,8 @@ class Services:
     external: ExternalAgents
     ops: OpsReader
     projections: PostgresProjectionStore
+    hooks: HookService
+    deadlines: PostgresDeadlines
 
 
 def services_of(request: Request) -> Services:
@@ -133,11 +143,17 @@ async def tenant_of(
     key = _key_of(request, credentials)
     if not key:
         raise Unauthorized("send Authorization: Bearer <api key>")
-    tenant = await services_of(request).keys.tenant_for(key)
-    if tenant is None:
+    principal = await services_of(request).keys.principal_for(key)
+    if principal is None:
         raise Unauthorized("unknown or revoked API key")
+    tenant, request.state.key_id = principal
     note_tenant(tenant)
     return tenant
+
+
+def key_id_of(request: Request) -> str:
+    """The id of the API key that authenticated the request (after `Tenant`)."""
+    return str(request.state.key_id)
 
 
 Tenant = Annotated[str, Depends(tenant_of)]
@@ -166,7 +182,12 @@ def session_view(record: SessionRecord) -> SessionView:
         last_seq=record.last_seq,
         state_owner=record.state_owner,
         created_at=record.created_at,
-        run=RunView(status=record.run_status, attempts=record.attempts, epoch=record.lease_epoch),
+        run=RunView(
+            status=record.run_status,
+            attempts=record.attempts,
+            epoch=record.lease_epoch,
+            open_decisions=list(record.open_decisions),
+        ),
         external=external,
         fork_of=(
             ForkView(session=record.forked_from, at_seq=record.forked_at_seq or 0)

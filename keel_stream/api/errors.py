@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from keel_stream import errors
 from keel_stream.gateway import errors as gateway
 from keel_stream.gateway.config_errors import ConfigNotFound, InvalidConfig
+from keel_stream.hooks import errors as hooks
 
 __all__ = [
     "HTTP_ERROR_CODES",
@@ -77,6 +78,7 @@ _STATUS: Final[tuple[tuple[type[errors.KeelError], int], ...]] = (
     (InvalidConfig, 400),
     (ConfigNotFound, 404),
     (errors.PayloadTooLarge, 413),
+    (hooks.HookUrlRefused, 400),  # the hooks' errors are in this table's tree from here on
     (errors.InvalidRequest, 400),
     (errors.NotFound, 404),
     (errors.Conflict, 409),

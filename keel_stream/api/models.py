@@ -94,6 +94,11 @@ class RunView(_Wire):
     status: str | None = None
     attempts: int | None = None
     epoch: int | None = None
+    open_decisions: list[str] = Field(
+        default_factory=list,
+        alias="openDecisions",
+        description="Decisions the session waits on (docs/decisions.md).",
+    )
 
 
 class ExternalView(_Wire):

@@ -15,6 +15,7 @@ from keel_stream.api.models import Capabilities
 from keel_stream.api.readiness import Readiness
 from keel_stream.api.sessions import SESSIONS_PAGE_DEFAULT, SESSIONS_PAGE_MAX
 from keel_stream.dev.readiness import projector_group
+from keel_stream.hooks import HOOK_NAMES
 from keel_stream.metrics import Component, exported
 from keel_stream.store import MAX_READ_LIMIT
 
@@ -67,8 +68,8 @@ async def capabilities(services: Svc, config: Config) -> Capabilities:
     return Capabilities(
         service_version=f"keel-stream/{__version__}",
         features={
-            "decisions": False,
-            "hooks": False,
+            "decisions": True,
+            "hooks": True,
             "partials": bool(config.bootstrap) and services.hub.partials_live,
             "plugins": False,
             "sessions.cancel": True,
@@ -83,5 +84,5 @@ async def capabilities(services: Svc, config: Config) -> Capabilities:
             "sessionsPageMax": SESSIONS_PAGE_MAX,
             "eventsPageMax": MAX_READ_LIMIT,
         },
-        hooks=[],
+        hooks=list(HOOK_NAMES),
     )

@@ -33,8 +33,10 @@ from keel_stream.api.models import (
     EventRequest,
     SubmissionView,
 )
+from keel_stream.decision_errors import DecisionReserved
 from keel_stream.errors import ExternalSession, InvalidPayload, InvalidRequest, PayloadRule
 from keel_stream.kernel import CommitRequest, Delivery, Kind, require_edge_kind, validate_payload
+from keel_stream.kernel.decisions import ANSWER_KEY_PREFIX
 
 __all__ = ["parse_json_body", "router", "submit"]
 
@@ -109,8 +111,20 @@ async def _off_loop_if_large(request: Request, check: Callable[[Any], _T]) -> _T
 
 def _checked(kind: Kind, payload: Any) -> dict[str, Any]:
     """The payload as a dict, once the kernel's rules pass (each answers with its own code)."""
+    if kind == Kind.USER_MESSAGE and isinstance(payload, dict) and _answers_a_decision(payload):
+        raise DecisionReserved(
+            "decisions are answered at POST /v1/sessions/{id}/decisions/{decisionId}, "
+            "not as plain input (no `decision` field, no requestId starting decision:)"
+        )
     validate_payload(kind, payload)
     return dict(payload)
+
+
+def _answers_a_decision(payload: Any) -> bool:
+    request_id = payload.get("requestId")
+    return "decision" in payload or (
+        isinstance(request_id, str) and request_id.startswith(ANSWER_KEY_PREFIX)
+    )
 
 
 def _input(body: Any) -> dict[str, Any]:
@@ -120,7 +134,10 @@ def _input(body: Any) -> dict[str, Any]:
 def _edge_event(body: Any) -> tuple[Kind, dict[str, Any], str | None]:
     envelope = _envelope(body)
     kind = require_edge_kind(envelope.kind)
-    return kind, _checked(kind, envelope.payload), envelope.request_id
+    payload = _checked(kind, envelope.payload)
+    if envelope.request_id is not None and envelope.request_id.startswith(ANSWER_KEY_PREFIX):
+        raise DecisionReserved("requestIds starting decision: are the decisions' own")
+    return kind, payload, envelope.request_id
 
 
 def _envelope(body: Any) -> EventRequest:

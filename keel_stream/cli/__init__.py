@@ -14,6 +14,7 @@ from keel_stream import __version__
 from keel_stream.cli import (
     api,
     dev,
+    hooks,
     migrate,
     projections,
     relay,
@@ -66,6 +67,7 @@ app.add_typer(tenants.tenants_app, name="tenants")
 app.add_typer(tenants.keys_app, name="keys")
 app.add_typer(sessions.app, name="sessions")
 app.command("dev")(dev.dev)
+app.add_typer(hooks.app, name="hooks")
 app.command("sidecar-ref")(sidecar_ref)
 
 

@@ -28,9 +28,9 @@ __all__ = [
     "worker_config",
 ]
 
-METRICS_OFFSETS: Mapping[str, int] = {"projector": 0, "relay": 1, "worker": 2}
-"""With KEEL_METRICS_PORT=P, dev's projections worker serves its metrics on P, its relay on P+1
-and its agent worker on P+2 (the API serves its own on /metrics)."""
+METRICS_OFFSETS: Mapping[str, int] = {"projector": 0, "relay": 1, "worker": 2, "hooks": 3}
+"""With KEEL_METRICS_PORT=P, dev's projections worker serves its metrics on P, its relay on P+1,
+its agent worker on P+2 and its hooks process on P+3 (the API serves its own on /metrics)."""
 _NOT_PASSED = frozenset({"dev_api_key", "dev_kafka", "metrics_port"})
 """Settings only dev reads (the metrics port is given to each child on its own)."""
 

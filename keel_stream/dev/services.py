@@ -1,5 +1,6 @@
-"""The four services `keel-stream dev` runs, each its own child process: the projections worker,
-the outbox relay, an agent worker and the API (keel_stream.dev.children.Service each).
+"""The five services `keel-stream dev` runs, each its own child process: the projections worker,
+the outbox relay, an agent worker, the hooks process (dispatcher and senders) and the API
+(keel_stream.dev.children.Service each).
 
 One process per service keeps them apart: a request that keeps the API busy delays neither the
 relay nor the worker, and one that crashes is restarted alone.
@@ -34,6 +35,7 @@ SERVICES: Final = (
     ServiceSpec("projector", ("projections", "run"), "projections worker"),
     ServiceSpec("relay", ("relay",), "relay"),
     ServiceSpec("worker", ("worker",), "agent worker"),
+    ServiceSpec("hooks", ("hooks", "run"), "hooks sender"),
     ServiceSpec("api", ("api",), "api server"),
 )
 HELD_GRACE_S: Final = 2.0

@@ -57,7 +57,7 @@ DID_NOT_START = 1
 """supervise's exit status when a service exited (or the API never answered) before "ready"."""
 LIVE_TIMEOUT_S: Final = 120.0
 """How long dev waits for the API, then for the projections worker (it says ready without it)."""
-BROKER_CLIENTS: Final = ("projector", "relay")
+BROKER_CLIENTS: Final = ("projector", "relay", "hooks")
 """Held while the broker restarts: they must not meet it before its topics are back."""
 
 Say = Callable[[str], None]

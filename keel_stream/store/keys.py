@@ -44,6 +44,11 @@ class KeyStore:
             raise NotFound(f"no active key {key_id!r}")
 
     async def tenant_for(self, key: str) -> str | None:
+        principal = await self.principal_for(key)
+        return None if principal is None else principal[0]
+
+    async def principal_for(self, key: str) -> tuple[str, str] | None:
+        """(tenant, key id) of an active key, or None."""
         async with translated("authenticate"):
-            tenant = await self._pool.fetchval(query("tenant_for_key"), hash_key(key))
-        return None if tenant is None else str(tenant)
+            row = await self._pool.fetchrow(query("tenant_for_key"), hash_key(key))
+        return None if row is None else (str(row["tenant_id"]), str(row["key_id"]))

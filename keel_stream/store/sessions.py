@@ -30,6 +30,8 @@ class SessionRecord:
     metering: str | None
     forked_from: str | None = None
     forked_at_seq: int | None = None
+    open_decisions: tuple[str, ...] = ()
+    """Decisions waiting for an answer (the deadlines index: set when an attempt settles)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +56,7 @@ def _session(row: asyncpg.Record) -> SessionRecord:
         metering=fields.get("metering"),
         forked_from=fields.get("forked_from"),
         forked_at_seq=fields.get("forked_at_seq"),
+        open_decisions=tuple(fields.get("open_decisions") or ()),
     )
 
 

@@ -46,6 +46,9 @@ async def test_capabilities(api: Api) -> None:
     assert body["serviceVersion"].startswith("keel-stream/")
     assert body["features"]["sessions.list"] is True
     assert body["features"]["subagents"] is False
+    assert (body["features"]["decisions"], body["features"]["hooks"]) == (True, True)
+    hooks = ["turn.started", "turn.finished", "decision.opened", "decision.answered"]
+    assert body["hooks"] == hooks
     assert body["limits"]["sessionsPageDefault"] == 50
     assert body["limits"]["sessionsPageMax"] == 200
     assert "subagentsPageMax" not in body["limits"], "no subagents in this build"

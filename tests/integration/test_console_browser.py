@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import pytest
 from selenium.webdriver.common.by import By
 
+from keel_stream.gateway.config import TenantConfig
 from keel_stream.kafka.broker import free_port
 from keel_stream.relay import RelayConfig
 from tests.support.api import Api, serve_api
@@ -26,12 +28,14 @@ ENTRIES = "#transcript > li"
 
 @asynccontextmanager
 async def console_with_worker(
-    database_dsn: str, kafka: KafkaServer, topic_prefix: str
+    database_dsn: str, kafka: KafkaServer, topic_prefix: str, config: TenantConfig | None = None
 ) -> AsyncIterator[tuple[Api, Browser]]:
-    """The API, an agent worker and a browser on the API's console."""
+    """The API, an agent worker (with a boot document, if given) and a browser on the
+    API's console."""
+    options = {"bootstrap": kafka.bootstrap, "topic_prefix": topic_prefix, "boot_config": config}
     async with (
         serve_api(database_dsn, kafka.bootstrap, topic_prefix) as api,
-        worker_task(database_dsn, bootstrap=kafka.bootstrap, topic_prefix=topic_prefix),
+        worker_task(database_dsn, **options),
         browser_session(api.url) as browser,
     ):
         yield api, browser
@@ -203,3 +207,25 @@ async def test_the_live_transcript_resumes_after_the_api_restarts(
                 ]
             )
             assert ids == ["event-1", "event-2"], "each event once, in seq order"
+
+
+async def test_a_gated_call_is_approved_from_the_session_page(
+    database_dsn: str, kafka: KafkaServer, topic_prefix: str, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    monkeypatch.setenv("KEEL_TOOL_NOTES_FILE", str(tmp_path / "notes.txt"))
+    gated = TenantConfig.model_validate({"policy": {"tools": {"note": {"approval": "always"}}}})
+    async with console_with_worker(database_dsn, kafka, topic_prefix, gated) as (api, browser):
+        await browser.sign_in(api.key)
+        await new_session(browser)
+        await say(browser, '[[tool:note {"text": "ship it"}]]')
+        await browser.until(
+            "the decision's buttons",
+            lambda: bool(browser.driver.find_elements(By.CSS_SELECTOR, "button.decide")),
+        )
+        await browser.click("button.decide")  # Approve comes first
+        seen = await entries_reach(browser, 6, "the answer, result, final answer and summary")
+        assert "Decision: approve" in seen[3]
+        assert "noted: ship it" in seen[4]
+        assert "done: noted: ship it" in seen[5]
+    assert (tmp_path / "notes.txt").read_text() == "ship it\n"

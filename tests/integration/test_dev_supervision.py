@@ -88,7 +88,12 @@ def test_children_get_the_settings_dev_resolved_and_metrics_ports_of_their_own(
     assert env["KEEL_EXTERNAL_CONFIG"] == "/etc/keel.json"
     assert Path(env["KEEL_DATA_DIR"]).is_absolute()
     assert "KEEL_METRICS_PORT" not in env, "each child that serves metrics gets a port of its own"
-    assert metrics_ports(settings) == {"projector": 9300, "relay": 9301, "worker": 9302}
+    assert metrics_ports(settings) == {
+        "projector": 9300,
+        "relay": 9301,
+        "worker": 9302,
+        "hooks": 9303,
+    }
     with pytest.raises(InvalidSetting):
         metrics_ports(KeelSettings(metrics_port=65534))
 

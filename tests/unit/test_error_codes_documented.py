@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 from typing import Final
 
+import keel_stream.api.app  # noqa: F401 - every router, so every error class is loaded
 from keel_stream import errors
 from keel_stream.api.errors import HTTP_ERROR_CODES, REQUEST_ERROR_CODES, status_of
 

@@ -55,11 +55,41 @@
     box.append(el("pre", "args", JSON.stringify(block.arguments ?? {}, null, 2)));
     const result = el("p", "tool-result pending", "waiting for its result…");
     box.append(result);
-    calls.set(block.id, { result, at: Date.parse(ev.committedAt) });
+    const gate = block.approval ? decisionButtons(block) : null;
+    if (gate) box.append(gate);
+    calls.set(block.id, { result, gate, at: Date.parse(ev.committedAt) });
     return box;
   }
 
+  function decisionButtons(block) {
+    const approval = block.approval;
+    const gate = el("div", "decision");
+    gate.append(el("p", "help", `Needs a decision (expires ${approval.expiresAt}).`));
+    for (const outcome of ["approve", "reject"]) {
+      if (!approval.outcomes.includes(outcome)) continue;
+      const button = el("button", "decide", outcome === "approve" ? "Approve" : "Reject");
+      button.type = "button";
+      button.setAttribute("aria-label", `${button.textContent} the call to ${block.name}`);
+      button.addEventListener("click", () => decide(block, outcome, gate));
+      gate.append(button, " ");
+    }
+    return gate;
+  }
+
+  async function decide(block, outcome, gate) {
+    const body = { outcome, argsDigest: block.approval.argsDigest };
+    const result = await keel.api("POST", `${base}/decisions/${encodeURIComponent(block.id)}`, body);
+    if (!result.ok) { keel.show($("composer-error"), "Not answered: " + keel.problem(result)); return; }
+    gate.replaceChildren(el("p", "help", `Answered: ${outcome}.`));
+  }
+
   function userMessage(li, ev, p) {
+    if (p.decision) {
+      const d = p.decision;
+      li.append(head(ev, `Decision: ${d.outcome}`),
+        el("p", "text", `${d.id} answered by ${d.answeredBy}${d.reason ? ": " + d.reason : ""}`));
+      return;
+    }
     const delivery = p.delivery ? ` (${p.delivery})` : "";
     li.append(head(ev, "You" + delivery), el("p", "text", p.text ?? textOf(p.content)));
   }
@@ -79,6 +109,7 @@
     li.append(head(ev, p.isError ? "Tool error" : "Tool result"), el("p", "text", text));
     const call = calls.get(p.toolCallId);
     if (!call) return;
+    if (call.gate) call.gate.remove();
     const took = Date.parse(ev.committedAt) - call.at;
     call.result.className = "tool-result" + (p.isError ? " failed" : "");
     call.result.textContent = `${p.isError ? "failed" : "result"} after ${took} ms (#${ev.seq}): ${text}`;

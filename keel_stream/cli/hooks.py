@@ -1,0 +1,49 @@
+"""`keel-stream hooks run`: the hooks dispatcher and senders (docs/hooks.md)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import typer
+
+from keel_stream.cli.options import (
+    Bootstrap,
+    DatabaseUrl,
+    MetricsHost,
+    MetricsPort,
+    load_settings,
+    require_database,
+)
+from keel_stream.cli.preflight import ensure_port_free
+from keel_stream.dev.signals import until_signalled
+from keel_stream.hooks.service import HooksConfig, run_hooks
+from keel_stream.metrics import METRICS_PORT_HINT, Component, declare, serve_metrics
+
+__all__ = ["app"]
+
+app = typer.Typer(no_args_is_help=True, help="Signed webhooks derived from the ledger.")
+
+
+@app.command("run")
+def run(
+    database_url: DatabaseUrl = None,
+    bootstrap: Bootstrap = None,
+    metrics_port: MetricsPort = None,
+    metrics_host: MetricsHost = None,
+) -> None:
+    """Dispatch hook events from keel.events.v1 and send them until SIGTERM (without a broker,
+    only send what replays and redeliveries queue)."""
+    settings = load_settings(
+        database_url=database_url,
+        kafka_bootstrap=bootstrap,
+        metrics_port=metrics_port,
+        metrics_host=metrics_host,
+    )
+    config = HooksConfig.from_settings(
+        settings, require_database(settings), settings.kafka_bootstrap
+    )
+    declare(Component.HOOKS)
+    if settings.metrics_port is not None:
+        ensure_port_free(settings.metrics_host, settings.metrics_port, hint=METRICS_PORT_HINT)
+        serve_metrics(settings.metrics_host, settings.metrics_port)
+    asyncio.run(until_signalled(lambda stop: run_hooks(config, stop)))

@@ -1,0 +1,94 @@
+"""The hooks process (`keel-stream hooks run`): the dispatcher and the senders together, and
+what the API holds to manage subscriptions."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from keel_stream.hooks.dispatcher import Dispatcher
+from keel_stream.hooks.egress import EgressPolicy, Resolver, system_resolver
+from keel_stream.hooks.retry import RetryPolicy
+from keel_stream.hooks.sender import Sender, SenderConfig
+from keel_stream.settings import KeelSettings
+from keel_stream.store import create_pool
+from keel_stream.store.hooks import HookStore
+from keel_stream.store.hooks_dispatch import HookDispatchStore
+from keel_stream.store.hooks_queue import HookQueue
+from keel_stream.topics.catalog import EVENTS
+
+__all__ = ["HookService", "HooksConfig", "group_name", "run_hooks"]
+
+
+def group_name(topic_prefix: str) -> str:
+    """The dispatcher's consumer group."""
+    return f"{topic_prefix}keel-hooks"
+
+
+@dataclass(frozen=True, slots=True)
+class HookService:
+    """What the API's hook routes use: the store and where hooks may send."""
+
+    store: HookStore
+    policy: EgressPolicy
+    resolver: Resolver = system_resolver
+
+
+@dataclass(frozen=True)
+class HooksConfig:
+    database_url: str
+    bootstrap: str | None
+    topic_prefix: str = ""
+    policy: EgressPolicy = field(default_factory=EgressPolicy)
+    sender: SenderConfig = field(default_factory=SenderConfig)
+    senders: int = 1
+    """Sender loops in this process (each claims up to sender.concurrency rows)."""
+    batch_size: int = 500
+
+    @classmethod
+    def from_settings(
+        cls, settings: KeelSettings, database_url: str, bootstrap: str | None
+    ) -> HooksConfig:
+        return cls(
+            database_url=database_url,
+            bootstrap=bootstrap,
+            topic_prefix=settings.topic_prefix,
+            policy=EgressPolicy.parse(settings.hooks_allowed_hosts),
+            sender=SenderConfig(
+                timeout_s=settings.hooks_timeout_s,
+                concurrency=settings.hooks_concurrency,
+                poll_s=settings.hooks_poll_interval_s,
+                retry=RetryPolicy(
+                    base_s=settings.hooks_retry_base_s,
+                    max_delay_s=settings.hooks_retry_max_delay_s,
+                    max_attempts=settings.hooks_max_attempts,
+                ),
+            ),
+        )
+
+
+async def run_hooks(config: HooksConfig, stop: asyncio.Event) -> None:
+    """Dispatch (with a broker) and send until stop is set. Without a broker only the senders
+    run: deliveries come from replays and redeliveries then."""
+    pool = await create_pool(config.database_url, min_size=1, max_size=4 + config.senders)
+    wake = asyncio.Event()
+    try:
+        jobs = [
+            Sender(HookQueue(pool), config.policy, config.sender, wake=wake).run(stop)
+            for _ in range(config.senders)
+        ]
+        if config.bootstrap is not None:
+            dispatcher = Dispatcher(
+                HookDispatchStore(pool),
+                config.bootstrap,
+                EVENTS.full_name(config.topic_prefix),
+                group_name(config.topic_prefix),
+                batch_size=config.batch_size,
+                wake=wake,
+            )
+            jobs.append(dispatcher.run(stop))
+        async with asyncio.TaskGroup() as group:  # one failing stops the others
+            for job in jobs:
+                group.create_task(job)
+    finally:
+        await pool.close()

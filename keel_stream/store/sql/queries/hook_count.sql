@@ -1,0 +1,1 @@
+SELECT count(*) FROM hook_subscriptions WHERE tenant_id = $1;

@@ -1,0 +1,1 @@
+SELECT * FROM hook_deliveries WHERE hook_id = $1 AND delivery_id = $2;

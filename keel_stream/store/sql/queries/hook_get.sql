@@ -1,0 +1,1 @@
+SELECT * FROM hook_subscriptions WHERE tenant_id = $1 AND hook_id = $2;
