@@ -18,6 +18,7 @@ from typing import Any, Final
 from keel_stream.gateway.config import ModelSettings, TenantConfig
 from keel_stream.gateway.config_errors import InvalidConfig
 from keel_stream.kernel import Event, Kind
+from keel_stream.plugins import active_plugins
 from keel_stream.store.worker_store import TenantConfigReader
 from keel_stream.worker.limits import StreamLimits
 from keel_stream.worker.providers.base import Provider
@@ -108,10 +109,32 @@ class ModelProviders:
             elif settings.provider == "fake":
                 made = FakeProvider(settings.model, self._limits)
             else:
-                raise SettingsRefused(
-                    f"model provider {settings.provider!r} is not supported (openai, fake)"
-                )
+                made = self._plugin(settings)
             self._made[key] = made
+        return made
+
+    def _plugin(self, settings: ModelSettings) -> Provider:
+        """A provider from a ``keel_stream.providers`` plugin: ``factory(model, limits)``."""
+        plugins = active_plugins().providers
+        factory = plugins.get(settings.provider)
+        if factory is None:
+            known = ", ".join(["openai", "fake", *sorted(plugins)])
+            raise SettingsRefused(
+                f"model provider {settings.provider!r} is not supported ({known})"
+            )
+        try:
+            made: Provider = factory(settings.model, self._limits)
+        except Exception as exc:  # noqa: BLE001 - a plugin's failure refuses the turn
+            raise SettingsRefused(
+                f"model provider plugin {settings.provider!r} failed: "
+                f"{exc.__class__.__name__}: {exc}"
+            ) from None
+        missing = [a for a in ("name", "model", "stream", "summarize") if not hasattr(made, a)]
+        if missing:
+            raise SettingsRefused(
+                f"model provider plugin {settings.provider!r} made {type(made).__name__}, "
+                f"not a Provider (no {', '.join(missing)})"
+            )
         return made
 
 

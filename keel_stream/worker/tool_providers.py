@@ -29,7 +29,12 @@ from keel_stream.gateway.client import GatewayClient
 from keel_stream.gateway.config import ToolSpec
 from keel_stream.gateway.config_errors import InvalidConfig
 from keel_stream.gateway.connection import build_transport
-from keel_stream.gateway.errors import BackendTimeout, GatewayError, ProtocolError
+from keel_stream.gateway.errors import (
+    BackendTimeout,
+    BackendUnavailable,
+    GatewayError,
+    ProtocolError,
+)
 from keel_stream.gateway.protocol import Method, ProviderKind, ToolCallParams, ToolCallResult
 from keel_stream.gateway.protocol import ToolSpec as ProvidedTool
 from keel_stream.gateway.transport import Transport
@@ -37,9 +42,11 @@ from keel_stream.logs import get_logger
 
 __all__ = [
     "ProviderConnection",
+    "ToolConnection",
     "ToolProviders",
     "TransportFactory",
     "declared_transport",
+    "describe",
     "result_text",
 ]
 
@@ -62,8 +69,11 @@ def declared_transport(name: str, spec: ToolSpec, environ: Mapping[str, str]) ->
     return build_transport(spec, environ, f"external.tools.{name}", ProviderKind.TOOL)
 
 
-class ProviderConnection:
-    """One declared ToolProvider of one tenant: connected on demand, reconnected with backoff."""
+class ToolConnection:
+    """One declared tool server of one tenant: connected on demand, reconnected with backoff.
+    Subclasses speak a protocol (``_open``, ``_up``, ``_lost``, ``_invoke``, ``_shutdown``)."""
+
+    protocol: str = "keel"
 
     def __init__(
         self,
@@ -72,7 +82,6 @@ class ProviderConnection:
         spec: ToolSpec,
         environ: Mapping[str, str],
         clock: Callable[[], float] = time.monotonic,
-        transports: TransportFactory = declared_transport,
     ) -> None:
         self.tenant = tenant
         self.name = name
@@ -80,13 +89,14 @@ class ProviderConnection:
         self.tools: tuple[ProvidedTool, ...] = ()
         self._environ = environ
         self._clock = clock
-        self._transports = transports
-        self._client: GatewayClient | None = None
         self._backoff = Backoff(initial=0.25, maximum=30.0)
         self._retry_at = 0.0
         self._closed = False
+        self._opened = False
         self._lock = asyncio.Lock()
-        self._log = get_logger("worker").bind(tenant=tenant, tool_provider=name)
+        self._log = get_logger("worker").bind(
+            tenant=tenant, tool_provider=name, protocol=self.protocol
+        )
 
     @property
     def declared_timeout_s(self) -> float | None:
@@ -99,20 +109,27 @@ class ProviderConnection:
 
     @property
     def connected(self) -> bool:
-        return self._client is not None and self._client.lost is None
+        return self._opened and self._up()
 
-    async def _connect(self) -> tuple[GatewayClient, tuple[ProvidedTool, ...]]:
-        transport = self._transports(self.name, self.spec, self._environ)
-        client = GatewayClient(transport, ProviderKind.TOOL, timeout_s=self.timeout_s)
-        try:
-            await client.start()
-            tools = (await client.initialize()).tools or (await client.list_tools()).tools
-        except BaseException:
-            # Cancelled or failed half-way: nothing of the provider may stay behind.
-            with contextlib.suppress(Exception):
-                await client.aclose()
-            raise
-        return client, tuple(tools)
+    def _up(self) -> bool:
+        raise NotImplementedError
+
+    def _lost(self) -> str:
+        """Why an opened connection is no longer up."""
+        raise NotImplementedError
+
+    async def _open(self) -> tuple[ProvidedTool, ...]:
+        """Connect and list the tools; on any failure nothing of the connection stays."""
+        raise NotImplementedError
+
+    async def _invoke(
+        self, tool: str, arguments: Mapping[str, Any], timeout_s: float
+    ) -> tuple[str, bool]:
+        """One call; TimeoutError when the server did not answer in time."""
+        raise NotImplementedError
+
+    async def _shutdown(self) -> None:
+        raise NotImplementedError
 
     def _failed(self, what: str, error: str) -> None:
         delay = self._backoff.next_delay()
@@ -128,8 +145,8 @@ class ProviderConnection:
                 return True
             if self._closed:
                 return False
-            if self._client is not None:
-                lost = self._client.lost or "closed"
+            if self._opened:
+                lost = self._lost()
                 await self._drop()
                 self._failed("tool provider connection lost", lost)
             wait_s = self._retry_at - self._clock()
@@ -140,10 +157,11 @@ class ProviderConnection:
                 )
                 return False
             try:
-                self._client, self.tools = await self._connect()
+                self.tools = await self._open()
             except Exception as exc:  # noqa: BLE001 - a bad provider only loses its tools
-                self._failed("tool provider unavailable: its tools are left out", _describe(exc))
+                self._failed("tool provider unavailable: its tools are left out", describe(exc))
                 return False
+            self._opened = True
             self._log.info("tool provider connected", tools=[t.name for t in self.tools])
             return True
 
@@ -164,31 +182,82 @@ class ProviderConnection:
     async def _call(
         self, tool: str, arguments: Mapping[str, Any], timeout_s: float
     ) -> tuple[str, bool]:
-        if not await self.ensure() or self._client is None:
+        if not await self.ensure():
             return f"tool provider {self.name!r} is unavailable; try again later", True
         try:
-            result = await _call_tool(self._client, tool, arguments, timeout_s)
-        except BackendTimeout:
-            raise TimeoutError from None
+            text, is_error = await self._invoke(tool, arguments, timeout_s)
+        except TimeoutError:
+            raise
         except Exception as exc:  # noqa: BLE001 - an error result, never a raise
-            return f"tool {tool!r} of provider {self.name!r} failed: {_describe(exc)}", True
+            return f"tool {tool!r} of provider {self.name!r} failed: {describe(exc)}", True
         self._backoff.reset()
-        text = result_text(result.content)
-        if result.is_error and not text.strip():
+        if is_error and not text.strip():
             text = f"tool {tool!r} of provider {self.name!r} reported an error"
-        return text, result.is_error
+        return text, is_error
 
     async def _drop(self) -> None:
-        client, self._client, self.tools = self._client, None, ()
-        if client is not None:
-            with contextlib.suppress(Exception):
-                await client.aclose()
+        self._opened, self.tools = False, ()
+        with contextlib.suppress(Exception):
+            await self._shutdown()
 
     async def aclose(self) -> None:
         """Close the connection for good: a later use finds its tools absent."""
         self._closed = True
         async with self._lock:
             await self._drop()
+
+
+class ProviderConnection(ToolConnection):
+    """A keel ToolProvider (``protocol: keel``): the gateway's JSON-RPC client."""
+
+    def __init__(
+        self,
+        tenant: str,
+        name: str,
+        spec: ToolSpec,
+        environ: Mapping[str, str],
+        clock: Callable[[], float] = time.monotonic,
+        transports: TransportFactory = declared_transport,
+    ) -> None:
+        super().__init__(tenant, name, spec, environ, clock)
+        self._transports = transports
+        self._client: GatewayClient | None = None
+
+    def _up(self) -> bool:
+        return self._client is not None and self._client.lost is None
+
+    def _lost(self) -> str:
+        return (self._client.lost if self._client is not None else None) or "closed"
+
+    async def _open(self) -> tuple[ProvidedTool, ...]:
+        transport = self._transports(self.name, self.spec, self._environ)
+        client = GatewayClient(transport, ProviderKind.TOOL, timeout_s=self.timeout_s)
+        try:
+            await client.start()
+            tools = (await client.initialize()).tools or (await client.list_tools()).tools
+        except BaseException:
+            # Cancelled or failed half-way: nothing of the provider may stay behind.
+            with contextlib.suppress(Exception):
+                await client.aclose()
+            raise
+        self._client = client
+        return tuple(tools)
+
+    async def _invoke(
+        self, tool: str, arguments: Mapping[str, Any], timeout_s: float
+    ) -> tuple[str, bool]:
+        if self._client is None:
+            raise BackendUnavailable("not connected")
+        try:
+            result = await _call_tool(self._client, tool, arguments, timeout_s)
+        except BackendTimeout:
+            raise TimeoutError from None
+        return result_text(result.content), result.is_error
+
+    async def _shutdown(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
 
 
 async def _call_tool(
@@ -203,7 +272,8 @@ async def _call_tool(
         raise ProtocolError(f"invalid {Method.TOOLS_CALL} result: {exc}") from exc
 
 
-def _describe(exc: Exception) -> str:
+def describe(exc: Exception) -> str:
+    """A failure as one line for a tool.result or a log (never a secret: no values)."""
     if isinstance(exc, GatewayError):
         code = f", code {exc.rpc_code}" if exc.rpc_code is not None else ""
         return f"{exc.code}{code}: {exc.message}"
@@ -214,7 +284,8 @@ def _describe(exc: Exception) -> str:
 
 class ToolProviders:
     """The worker's connections, per tenant and declared provider; a changed or removed
-    declaration closes the old connection."""
+    declaration closes the old connection. A declaration's ``protocol`` picks the connection:
+    ``keel`` (ProviderConnection) or ``mcp`` (keel_stream.worker.mcp_connection)."""
 
     def __init__(
         self,
@@ -223,10 +294,17 @@ class ToolProviders:
     ) -> None:
         self._environ = os.environ if environ is None else environ
         self._transports = transports
-        self._connections: dict[tuple[str, str], ProviderConnection] = {}
+        self._connections: dict[tuple[str, str], ToolConnection] = {}
         self._closing: set[asyncio.Task[None]] = set()
 
-    def for_tenant(self, tenant: str, declared: Mapping[str, ToolSpec]) -> list[ProviderConnection]:
+    def _connect(self, tenant: str, name: str, spec: ToolSpec) -> ToolConnection:
+        if spec.protocol == "mcp":
+            from keel_stream.worker.mcp_connection import McpConnection
+
+            return McpConnection(tenant, name, spec, self._environ)
+        return ProviderConnection(tenant, name, spec, self._environ, transports=self._transports)
+
+    def for_tenant(self, tenant: str, declared: Mapping[str, ToolSpec]) -> list[ToolConnection]:
         """The tenant's connections for its declared providers (none are started here)."""
         for key in [k for k in self._connections if k[0] == tenant]:
             old = self._connections[key]
@@ -237,14 +315,12 @@ class ToolProviders:
         for name, spec in sorted(declared.items()):
             connection = self._connections.get((tenant, name))
             if connection is None:
-                connection = ProviderConnection(
-                    tenant, name, spec, self._environ, transports=self._transports
-                )
+                connection = self._connect(tenant, name, spec)
                 self._connections[(tenant, name)] = connection
             found.append(connection)
         return found
 
-    def _retire(self, connection: ProviderConnection) -> None:
+    def _retire(self, connection: ToolConnection) -> None:
         task = asyncio.create_task(connection.aclose())
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
