@@ -1,0 +1,1 @@
+SELECT count(*) FROM triggers WHERE tenant_id = $1;

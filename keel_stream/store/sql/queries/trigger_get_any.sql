@@ -1,0 +1,1 @@
+SELECT * FROM triggers WHERE trigger_id = $1;
