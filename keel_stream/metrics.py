@@ -40,6 +40,7 @@ class Component(StrEnum):
     API = "api"
     GATEWAY = "gateway"
     HOOKS = "hooks"
+    TRIGGERS = "triggers"
     PROJECTOR = "projector"
     RELAY = "relay"
     WORKER = "worker"

@@ -100,6 +100,16 @@ class KeelSettings(BaseSettings):
     hooks_concurrency: int = Field(default=16, ge=1, le=1000)
     """Attempts in flight at once per hooks process."""
     hooks_poll_interval_s: float = Field(default=0.5, gt=0, allow_inf_nan=False)
+    triggers_poll_interval_s: float = Field(default=0.5, gt=0, allow_inf_nan=False)
+    """How often an idle trigger scheduler looks for due triggers (docs/triggers.md)."""
+    triggers_lease_ttl_s: float = Field(default=15.0, gt=0, allow_inf_nan=False)
+    """How long a scheduler's claim of a trigger lasts if it dies holding it."""
+    triggers_min_interval_s: int = Field(default=60, ge=1)
+    """The shortest `every` a schedule may have (the API refuses shorter ones)."""
+    triggers_max_per_tenant: int = Field(default=100, ge=1, le=100_000)
+    plugins_enabled: str | None = None
+    """Distributions (comma-separated) whose plugins load; unset: every installed one
+    (docs/plugins.md)."""
 
     @field_validator("log_level", "log_format", mode="before")
     @classmethod

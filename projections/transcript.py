@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from keel_stream.kernel.decisions import answer_of
+from keel_stream.kernel.decisions import released_call
 from keel_stream.kernel.inputs import is_terminal_failure
 from keel_stream.kernel.validation import tool_call_blocks
 from keel_stream.kernel.vocabulary import Kind
@@ -145,10 +145,13 @@ def _user(t: _Builder, event: EventLike) -> None:
         "delivery": p.get("delivery", "queue"),
         "requestId": p.get("requestId"),
     }
-    decision = answer_of(p)
-    if decision is not None:
-        # A decision answer is not an input: the model sees its outcome in the tool result.
-        t.entries.append({**entry, "decision": dict(decision)})
+    if released_call(p) is not None:
+        # A decision's answer or a subagent's result is not an input: the model sees what it
+        # decided in the call's tool result.
+        extra = {
+            k: dict(p[k]) for k in ("decision", "subagentResult") if isinstance(p.get(k), dict)
+        }
+        t.entries.append({**entry, **extra})
         return
     t.entries.append(entry)
     t.waiting.append(_user_message(entry))

@@ -18,11 +18,14 @@ from keel_stream.api import (
     external,
     hooks,
     ops,
+    plugins,
     reads,
     runs,
     sessions,
+    subagents,
     submissions,
     tenant_config,
+    triggers,
 )
 from keel_stream.api.access_log import AccessLog
 from keel_stream.api.deps import ApiConfig, Services
@@ -45,7 +48,9 @@ from keel_stream.store.ops import OpsReader
 from keel_stream.store.projection_state import PostgresProjectionStore
 from keel_stream.store.runs import PostgresRuns
 from keel_stream.store.sessions import PostgresSessions
+from keel_stream.store.subagents import PostgresSubagents
 from keel_stream.store.tenant_configs import TenantConfigs
+from keel_stream.triggers.service import TriggerService
 
 __all__ = ["ApiConfig", "create_app"]
 
@@ -77,9 +82,11 @@ def create_app(config: ApiConfig) -> FastAPI:
             ops=OpsReader(pool),
             projections=PostgresProjectionStore(pool),
             deadlines=PostgresDeadlines(pool),
+            subagents=PostgresSubagents(pool),
             hooks=HookService(
                 HookStore(pool), EgressPolicy.parse(KeelSettings().hooks_allowed_hosts)
             ),
+            triggers=TriggerService.create(pool, KeelSettings()),
         )
         try:
             yield
@@ -100,12 +107,20 @@ def create_app(config: ApiConfig) -> FastAPI:
     install_error_handlers(app)
     app.add_middleware(BodyLimit, limits=config.limits)  # inside the access log: 413/408 logged
     app.add_middleware(AccessLog)
+    _include_routers(app)
+    return app
+
+
+def _include_routers(app: FastAPI) -> None:
+    """The routers and the console's static files, in order."""
     for router in (ops.router, sessions.router, submissions.router, reads.router, runs.router):
         app.include_router(router)
     app.include_router(tenant_config.router)
     app.include_router(external.router)
     app.include_router(hooks.router)
     app.include_router(decisions.router)
+    app.include_router(plugins.router)
+    app.include_router(subagents.router)
+    app.include_router(triggers.router)
     app.include_router(console.router)
     app.mount("/console/static", console.STATIC, name="console-static")
-    return app

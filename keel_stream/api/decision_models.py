@@ -47,6 +47,7 @@ class AnswerView(_Wire):
 
 class DecisionView(_Wire):
     id: str
+    session: str | None = Field(None, description="The session it belongs to (scope=tree).")
     tool: str
     arguments: dict[str, Any]
     args_digest: str
@@ -65,13 +66,14 @@ class DecisionList(_Wire):
     decisions: list[DecisionView]
 
 
-def decision_view(decision: Decision, now: datetime) -> DecisionView:
+def decision_view(decision: Decision, now: datetime, session: str | None = None) -> DecisionView:
     state = decision.state.value
     if state == "open" and datetime.fromisoformat(decision.expires_at) <= now:
         state = "expired"
     approval = decision.approval
     return DecisionView(
         id=decision.id,
+        session=session,
         tool=decision.tool,
         arguments=dict(decision.arguments),
         args_digest=str(approval.get("argsDigest")),

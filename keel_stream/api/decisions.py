@@ -38,6 +38,8 @@ __all__ = ["router"]
 router = APIRouter(tags=["v1"])
 KeyId = Annotated[str, Depends(key_id_of)]
 _SUBSTANCE = ("outcome", "argsDigest", "args", "response", "reason")
+TREE_SESSIONS_MAX = 1_000
+"""A tree's decisions are read from at most this many sessions (the root's nearest first)."""
 
 
 def _answer(body: AnswerBody, decision_id: str, key_id: str) -> dict[str, Any]:
@@ -147,10 +149,17 @@ async def list_decisions(
     tenant: Tenant,
     session_id: str,
     state: Annotated[Literal["open", "expired", "answered", "resolved", "all"], Query()] = "all",
+    scope: Annotated[Literal["session", "tree"], Query()] = "session",
 ) -> DecisionList:
-    """The session's decisions in the order they were opened, as the log tells them."""
+    """The session's decisions in the order they were opened, as the log tells them; with
+    scope=tree also those of every subagent below it (each names its session)."""
+    await session_row(services, tenant, session_id)
+    sessions = [session_id]
+    if scope == "tree":
+        sessions = await services.subagents.tree(tenant, session_id, TREE_SESSIONS_MAX)
     now = config.clock()
-    views = [
-        decision_view(d, now) for d in (await _decisions(services, tenant, session_id)).values()
-    ]
+    views = []
+    for session in sessions:
+        found = decisions_of(await whole_log(services.ledger, tenant, session))
+        views += [decision_view(d, now, session) for d in found.values()]
     return DecisionList(decisions=[v for v in views if state in ("all", v.state)])

@@ -16,7 +16,13 @@ from keel_stream.api.access_log import note_tenant
 from keel_stream.api.errors import ErrorBody, Unauthorized
 from keel_stream.api.hub import LiveHub
 from keel_stream.api.limits import ApiLimits
-from keel_stream.api.models import ExternalView, ForkView, RunView, SessionView
+from keel_stream.api.models import (
+    ExternalView,
+    ForkView,
+    RunView,
+    SessionView,
+    SubagentOfView,
+)
 from keel_stream.clock import utc_now
 from keel_stream.errors import SessionNotFound
 from keel_stream.gateway.agents import ExternalAgents
@@ -31,7 +37,9 @@ from keel_stream.store.ops import OpsReader
 from keel_stream.store.projection_state import PostgresProjectionStore
 from keel_stream.store.runs import PostgresRuns
 from keel_stream.store.sessions import PostgresSessions, SessionRecord
+from keel_stream.store.subagents import PostgresSubagents
 from keel_stream.store.tenant_configs import TenantConfigs
+from keel_stream.triggers.service import TriggerService
 
 __all__ = [
     "CONSOLE_COOKIE",
@@ -93,6 +101,8 @@ class Services:
     projections: PostgresProjectionStore
     hooks: HookService
     deadlines: PostgresDeadlines
+    subagents: PostgresSubagents
+    triggers: TriggerService
 
 
 def services_of(request: Request) -> Services:
@@ -194,4 +204,16 @@ def session_view(record: SessionRecord) -> SessionView:
             if record.forked_from is not None
             else None
         ),
+        subagent_of=_subagent_of(record),
+    )
+
+
+def _subagent_of(record: SessionRecord) -> SubagentOfView | None:
+    if record.parent_session is None:
+        return None
+    return SubagentOfView(
+        session=record.parent_session,
+        tool_call_id=record.parent_call or "",
+        depth=record.subagent_depth or 1,
+        root=record.root_session or record.parent_session,
     )

@@ -15,6 +15,7 @@ from keel_stream import errors
 from keel_stream.gateway import errors as gateway
 from keel_stream.gateway.config_errors import ConfigNotFound, InvalidConfig
 from keel_stream.hooks import errors as hooks
+from keel_stream.triggers import errors as triggers
 
 __all__ = [
     "HTTP_ERROR_CODES",
@@ -73,6 +74,7 @@ class ServerBusy(errors.KeelError):
 # Most specific class first.
 _STATUS: Final[tuple[tuple[type[errors.KeelError], int], ...]] = (
     (Unauthorized, 401),
+    (triggers.WebhookSignatureInvalid, 401),
     (RequestTimeout, 408),
     (ServerBusy, 503),
     (InvalidConfig, 400),

@@ -19,6 +19,7 @@ __all__ = [
     "RunQueued",
     "SessionPage",
     "SessionView",
+    "SubagentOfView",
     "SubmissionView",
 ]
 
@@ -113,6 +114,13 @@ class ForkView(_Wire):
     at_seq: int = Field(alias="atSeq", description="How many of its events were copied.")
 
 
+class SubagentOfView(_Wire):
+    session: str = Field(description="The parent session.")
+    tool_call_id: str = Field(alias="toolCallId", description="The parent's delegate call.")
+    depth: int
+    root: str = Field(description="The tree's root session.")
+
+
 class SessionView(_Wire):
     id: str
     last_seq: int = Field(alias="lastSeq")
@@ -121,6 +129,7 @@ class SessionView(_Wire):
     run: RunView
     external: ExternalView | None = None
     fork_of: ForkView | None = Field(None, alias="forkOf")
+    subagent_of: SubagentOfView | None = Field(None, alias="subagentOf")
 
 
 class SessionPage(_Wire):

@@ -14,6 +14,7 @@ from keel_stream.api.errors import ErrorBody
 from keel_stream.api.models import Capabilities
 from keel_stream.api.readiness import Readiness
 from keel_stream.api.sessions import SESSIONS_PAGE_DEFAULT, SESSIONS_PAGE_MAX
+from keel_stream.api.subagents import SUBAGENTS_PAGE_MAX
 from keel_stream.dev.readiness import projector_group
 from keel_stream.hooks import HOOK_NAMES
 from keel_stream.metrics import Component, exported
@@ -71,18 +72,19 @@ async def capabilities(services: Svc, config: Config) -> Capabilities:
             "decisions": True,
             "hooks": True,
             "partials": bool(config.bootstrap) and services.hub.partials_live,
-            "plugins": False,
+            "plugins": True,
             "sessions.cancel": True,
             "sessions.list": True,
             "settings.models": True,
             "settings.secrets": False,
-            "subagents": False,
-            "triggers": False,
+            "subagents": True,
+            "triggers": True,
         },
         limits={
             "sessionsPageDefault": SESSIONS_PAGE_DEFAULT,
             "sessionsPageMax": SESSIONS_PAGE_MAX,
             "eventsPageMax": MAX_READ_LIMIT,
+            "subagentsPageMax": SUBAGENTS_PAGE_MAX,
         },
         hooks=list(HOOK_NAMES),
     )

@@ -85,13 +85,15 @@ async def queue_run(
 
 @router.post("/v1/sessions/{session_id}/cancel", response_model=CancelView, responses=ERRORS)
 async def cancel(services: Svc, tenant: Tenant, session_id: str) -> CancelView:
-    """Stop the running attempt (its input stays unanswered for the next run). For an
+    """Stop the running attempt (its input stays unanswered for the next run) and every
+    subagent below the session (running or not yet claimed; docs/subagents.md). For an
     external session: cancel its latest turn at the backend; a backend that cannot cancel
     answers 502 `backend_cancel_refused`, one that cannot be reached 503: never a success
     that did not happen."""
     markers = external_markers(await session_row(services, tenant, session_id))
     if markers is not None:
         return await cancel_external(services, tenant, session_id, markers)
-    if not await services.runs.request_cancel(tenant, session_id):
-        raise NoRunningAttempt(f"session {session_id!r} has no running attempt")
+    marked, _ = await services.subagents.cancel_tree(tenant, session_id)
+    if not marked:
+        raise NoRunningAttempt(f"session {session_id!r} has no running attempt nor subagent")
     return CancelView(cancel_requested=True)

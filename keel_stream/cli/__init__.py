@@ -22,6 +22,7 @@ from keel_stream.cli import (
     tail,
     tenants,
     topics,
+    triggers,
     verify,
     worker,
 )
@@ -68,6 +69,7 @@ app.add_typer(tenants.keys_app, name="keys")
 app.add_typer(sessions.app, name="sessions")
 app.command("dev")(dev.dev)
 app.add_typer(hooks.app, name="hooks")
+app.add_typer(triggers.app, name="triggers")
 app.command("sidecar-ref")(sidecar_ref)
 
 

@@ -28,9 +28,16 @@ __all__ = [
     "worker_config",
 ]
 
-METRICS_OFFSETS: Mapping[str, int] = {"projector": 0, "relay": 1, "worker": 2, "hooks": 3}
+METRICS_OFFSETS: Mapping[str, int] = {
+    "projector": 0,
+    "relay": 1,
+    "worker": 2,
+    "hooks": 3,
+    "triggers": 4,
+}
 """With KEEL_METRICS_PORT=P, dev's projections worker serves its metrics on P, its relay on P+1,
-its agent worker on P+2 and its hooks process on P+3 (the API serves its own on /metrics)."""
+its agent worker on P+2, its hooks process on P+3 and its trigger scheduler on P+4 (the API
+serves its own on /metrics)."""
 _NOT_PASSED = frozenset({"dev_api_key", "dev_kafka", "metrics_port"})
 """Settings only dev reads (the metrics port is given to each child on its own)."""
 

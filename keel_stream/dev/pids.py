@@ -25,7 +25,7 @@ __all__ = ["PIDS_FILE", "DevPids", "Swept", "sweep_leftovers"]
 PIDS_FILE: Final = "dev.pids.json"
 _DEV: Final = "dev"
 POSTGRES: Final = "postgres"
-_ORDER: Final = ("api", "worker", "hooks", "relay", "projector", "broker", POSTGRES)
+_ORDER: Final = ("api", "worker", "hooks", "triggers", "relay", "projector", "broker", POSTGRES)
 """Clients before the servers they use."""
 
 

@@ -1,6 +1,6 @@
-"""The five services `keel-stream dev` runs, each its own child process: the projections worker,
-the outbox relay, an agent worker, the hooks process (dispatcher and senders) and the API
-(keel_stream.dev.children.Service each).
+"""The six services `keel-stream dev` runs, each its own child process: the projections worker,
+the outbox relay, an agent worker, the hooks process (dispatcher and senders), the trigger
+scheduler and the API (keel_stream.dev.children.Service each).
 
 One process per service keeps them apart: a request that keeps the API busy delays neither the
 relay nor the worker, and one that crashes is restarted alone.
@@ -36,6 +36,7 @@ SERVICES: Final = (
     ServiceSpec("relay", ("relay",), "relay"),
     ServiceSpec("worker", ("worker",), "agent worker"),
     ServiceSpec("hooks", ("hooks", "run"), "hooks sender"),
+    ServiceSpec("triggers", ("triggers", "run"), "trigger scheduler"),
     ServiceSpec("api", ("api",), "api server"),
 )
 HELD_GRACE_S: Final = 2.0

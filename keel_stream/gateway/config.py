@@ -41,7 +41,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from keel_stream.gateway.config_errors import InvalidConfig
-from keel_stream.gateway.config_policy import Policy
+from keel_stream.gateway.config_policy import Policy, SubagentSettings
 
 __all__ = [
     "BOOT_CONFIG_VAR",
@@ -179,7 +179,12 @@ class BackendSpec(ProviderSpec):
 
 
 class ToolSpec(ProviderSpec):
-    """An external tool server; its tools join the prompt's tool registry."""
+    """An external tool server; its tools join the prompt's tool registry. ``protocol`` says
+    which method set it speaks: ``keel`` (this project's ToolProvider: ``tools.list`` /
+    ``tools.call``) or ``mcp`` (a Model Context Protocol server: ``tools/list`` /
+    ``tools/call``, through the official MCP SDK)."""
+
+    protocol: Literal["keel", "mcp"] = "keel"
 
 
 class Quota(_Document):
@@ -221,6 +226,7 @@ class ModelSettings(_Document):
 class Settings(_Document):
     models: dict[Name, ModelSettings] = Field(default_factory=dict)
     default_model: Name | None = None
+    subagents: SubagentSettings = Field(default_factory=SubagentSettings)
 
     @model_validator(mode="after")
     def _default_is_declared(self) -> Self:

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Final, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 from pydantic.alias_generators import to_camel
 
-__all__ = ["DEFAULT_EXPIRY_S", "Condition", "Policy", "ToolPolicy", "When"]
+__all__ = ["DEFAULT_EXPIRY_S", "Condition", "Policy", "SubagentSettings", "ToolPolicy", "When"]
 
 DEFAULT_EXPIRY_S: Final = 7 * 24 * 3600
 """A decision nobody answers is answered by the system after a week, unless the policy says."""
@@ -110,3 +110,11 @@ class Policy(_Part):
         """The policy that gates this call, or None when it runs without a decision."""
         policy = self.tools.get(tool, self.tools.get("*"))
         return policy if policy is not None and policy.gates(arguments) else None
+
+
+class SubagentSettings(_Part):
+    """`settings.subagents`: how deep a tree of subagents may grow and how many it may hold."""
+
+    max_depth: Annotated[int, Field(ge=0, le=8)] = 3
+    """0: the model is offered no `delegate` tool."""
+    max_per_tree: Annotated[int, Field(ge=1, le=1000)] = 50

@@ -11,5 +11,14 @@ from typing import Final
 
 __all__ = ["HOOK_NAMES"]
 
-HOOK_NAMES: Final = ("turn.started", "turn.finished", "decision.opened", "decision.answered")
+HOOK_NAMES: Final = (
+    "subagent.started",
+    "subagent.finished",
+    "trigger.before",
+    "trigger.after",
+    "turn.started",
+    "turn.finished",
+    "decision.opened",
+    "decision.answered",
+)
 """The hook events this build emits (GET /v1/capabilities lists them)."""

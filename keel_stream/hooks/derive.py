@@ -18,6 +18,11 @@ owned by an external backend have no model requests here: they emit no turn.* ev
 
 `decision.opened` is one per `toolCall` block carrying an `approval` object (its decision id is
 the call id); `decision.answered` is each `user.message` carrying a `decision` object.
+
+`subagent.started` is one per `delegate` call of a `tool_use` answer (with the child session's
+id); `subagent.finished` is that call's one `tool.result` (it carries `subagent`: the child and
+its status, or `refused` when no child could be made), so every started has exactly one finished.
+A subagent's result reaching its parent (a user.message with `subagentResult`) is not an input.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, TypeVar
 
+from keel_stream.kernel.decisions import released_call
+from keel_stream.kernel.subagents import child_session_id, is_delegation
 from keel_stream.kernel.types import EventLike
 
 __all__ = ["FoldState", "Hook", "fold", "fold_many"]
@@ -129,6 +136,12 @@ def _answer(state: FoldState, event: EventLike, native: bool, hooks: list[Hook])
     for block, approval in gated:
         decision_id = str(block.get("id"))
         hooks.append(Hook("decision.opened", event.seq, decision_id, _opened(block, approval)))
+    if payload.get("stopReason") == "tool_use":
+        for block in blocks:
+            if is_delegation(block):
+                call = str(block.get("id"))
+                data = {"toolCallId": call, "child": child_session_id(event.session, call)}
+                hooks.append(Hook("subagent.started", event.seq, call, data))
     state = replace(
         state,
         calls=tuple(str(b.get("id")) for b in blocks),
@@ -155,10 +168,19 @@ def _decision(
     return state
 
 
+def _subagent_end(call: str, subagent: Mapping[str, Any]) -> dict[str, Any]:
+    data = {"toolCallId": call, **{k: subagent[k] for k in ("child", "status") if k in subagent}}
+    data.setdefault("status", "refused")
+    return data
+
+
 def _cancels(payload: Mapping[str, Any]) -> bool:
     """A result recording a decision `cancel`: the run stops rather than asking the model."""
     decision = payload.get("decision")
-    return isinstance(decision, dict) and decision.get("outcome") == "cancel"
+    if isinstance(decision, dict) and decision.get("outcome") == "cancel":
+        return True
+    subagent = payload.get("subagent")
+    return isinstance(subagent, dict) and subagent.get("status") == "cancelled"
 
 
 def fold(
@@ -173,10 +195,20 @@ def fold(
         decision = payload.get("decision")
         if isinstance(decision, dict):
             state = _decision(state, event, decision, hooks)
+        elif released_call(payload) is not None:
+            pass  # a subagent's result: its call's tool.result is what counts
         elif native and not state.open:
             state = _started(state, event.seq, "input", hooks)
     elif event.kind == "tool.result":
         call = str(payload.get("toolCallId"))
+        subagent = payload.get("subagent")
+        if isinstance(subagent, dict):
+            data = {
+                "toolCallId": call,
+                **{k: subagent[k] for k in ("child", "status") if k in subagent},
+            }
+            data.setdefault("status", "refused")
+            hooks.append(Hook("subagent.finished", event.seq, call, data))
         if call in state.calls:
             state = replace(state, results=state.results | {call})
             if native and not state.open and state.all_answered() and not _cancels(payload):

@@ -31,6 +31,7 @@ __all__ = [
     "approval_of",
     "args_digest",
     "decisions_of",
+    "released_call",
     "validate_answer",
     "validate_approval",
 ]
@@ -75,6 +76,16 @@ def answer_of(payload: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The decision a user.message answers, or None for an ordinary input."""
     decision = payload.get("decision")
     return decision if isinstance(decision, Mapping) else None
+
+
+def released_call(payload: Mapping[str, Any]) -> str | None:
+    """The waiting call a user.message releases: a decision's answer, or a subagent's result
+    (keel_stream.kernel.subagents); None for an ordinary input."""
+    decision = answer_of(payload)
+    if decision is not None:
+        return str(decision.get("id"))
+    report = payload.get("subagentResult")
+    return str(report.get("toolCallId")) if isinstance(report, Mapping) else None
 
 
 def _fail(rule: PayloadRule, message: str) -> InvalidPayload:

@@ -6,9 +6,10 @@ retried and a cancellation is not re-run, but neither consumed the input. Before
 assistant.message that carries inputSeqs (a legacy prefix of an upgraded log), inputs are judged
 by the run's read_watermark instead.
 
-A decision answer (a user.message with a ``decision``) is not an input. While every call of the
-latest answer that has no result waits on an open decision, the session is waiting: no model
-request can be made (the calls have no results), so nothing is owed until an answer arrives.
+A decision answer (a user.message with a ``decision``) and a subagent's result are not inputs.
+While every call of the latest answer that has no result waits (on an open decision, or on a
+subagent), the session is waiting: no model request can be made (the calls have no results), so
+nothing is owed until an answer or a result arrives.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from keel_stream.kernel.decisions import answer_of, approval_of
+from keel_stream.kernel.decisions import approval_of, released_call
+from keel_stream.kernel.subagents import is_delegation
 from keel_stream.kernel.types import EventLike
 from keel_stream.kernel.vocabulary import Kind, StopReason
 
@@ -89,11 +91,11 @@ class InputTally:
         first, stop, failed = self.first_tracked, self.latest_stop, self.latest_failed
         for event in events:
             if event.kind == Kind.USER_MESSAGE:
-                decision = answer_of(event.payload)
-                if decision is None:
+                released = released_call(event.payload)
+                if released is None:
                     inputs.append(event.seq)
                 else:
-                    awaiting.discard(str(decision.get("id")))
+                    awaiting.discard(released)
             elif event.kind == Kind.TOOL_RESULT:
                 call = str(event.payload.get("toolCallId"))
                 pending.discard(call)
@@ -146,7 +148,7 @@ def _calls_of(payload: Mapping[str, Any]) -> tuple[set[str], set[str]]:
     for block in payload.get("content") or ():
         if isinstance(block, dict) and block.get("type") == "toolCall":
             calls.add(str(block.get("id")))
-            if approval_of(block) is not None:
+            if approval_of(block) is not None or is_delegation(block):
                 gated.add(str(block.get("id")))
     return calls, gated
 

@@ -15,6 +15,7 @@ from keel_stream.errors import InvalidPayload, PayloadRule
 from keel_stream.kernel.canonical import canonical_json
 from keel_stream.kernel.decisions import validate_answer, validate_approval
 from keel_stream.kernel.delivery import Delivery
+from keel_stream.kernel.subagents import validate_report
 from keel_stream.kernel.vocabulary import Kind
 
 __all__ = ["RUN_FINISHED_COUNTERS", "RUN_FINISHED_STATUSES", "is_json_int", "validate_payload"]
@@ -52,6 +53,7 @@ def _validate_user_message(payload: Payload) -> None:
         if not is_json_int(retry_of) or retry_of < 0:
             raise _fail(PayloadRule.RETRY_OF_INVALID, "retryOf must be a non-negative integer")
     validate_answer(payload)
+    validate_report(payload)
 
 
 def tool_call_blocks(payload: Payload) -> list[Mapping[str, Any]]:

@@ -330,7 +330,6 @@ class MemoryRuns:
         run.lease_expires_at = self._store.now() + self._ttl
         if not taken_over:
             run.attempts += 1
-            run.cancel_requested = False
         run.updated = self._store.tick()
         return Claim(
             tenant=tenant,

@@ -32,6 +32,11 @@ class SessionRecord:
     forked_at_seq: int | None = None
     open_decisions: tuple[str, ...] = ()
     """Decisions waiting for an answer (the deadlines index: set when an attempt settles)."""
+    parent_session: str | None = None
+    """A subagent's parent (with the call it answers, its depth and its tree's root)."""
+    parent_call: str | None = None
+    subagent_depth: int | None = None
+    root_session: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +62,10 @@ def _session(row: asyncpg.Record) -> SessionRecord:
         forked_from=fields.get("forked_from"),
         forked_at_seq=fields.get("forked_at_seq"),
         open_decisions=tuple(fields.get("open_decisions") or ()),
+        parent_session=fields.get("parent_session"),
+        parent_call=fields.get("parent_call"),
+        subagent_depth=fields.get("subagent_depth"),
+        root_session=fields.get("root_session"),
     )
 
 

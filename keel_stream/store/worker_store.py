@@ -16,6 +16,7 @@ from keel_stream.store.notifications import Listener
 from keel_stream.store.postgres import PostgresLedger
 from keel_stream.store.protocol import Ledger, Runs
 from keel_stream.store.runs import PostgresRuns
+from keel_stream.store.subagents import MemorySubagents, PostgresSubagents, Subagents
 from keel_stream.store.tenant_configs import StoredConfig, TenantConfigs
 
 __all__ = ["TenantConfigReader", "WorkerStore", "memory_worker_store", "postgres_worker_store"]
@@ -39,6 +40,8 @@ class WorkerStore:
     """None: no stored documents (the memory store); only the boot document applies."""
     deadlines: Deadlines = field(default_factory=MemoryDeadlines)
     """Open decisions' expiry times (the expiry sweeper's index)."""
+    subagents: Subagents = field(default_factory=MemorySubagents)
+    """Which session is a child of which (subagents)."""
 
 
 @contextlib.asynccontextmanager
@@ -69,6 +72,7 @@ async def postgres_worker_store(
             PostgresRuns(pool, owner, lease_ttl_s),
             TenantConfigs(pool),
             PostgresDeadlines(pool),
+            PostgresSubagents(pool),
         )
     finally:
         for listener in listeners:

@@ -68,7 +68,8 @@ class Resolution:
     cancel: bool = False
     """The run stops (an expired decision whose policy says cancel)."""
     provenance: dict[str, Any] = field(default_factory=dict)
-    """Recorded on the tool.result as `decision`."""
+    """Recorded on the tool.result under `field`."""
+    field: str = "decision"
 
 
 def resolve(call: Mapping[str, Any], seq: int, answer: Mapping[str, Any]) -> Resolution:

@@ -20,16 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Final
 
 from keel_stream.clock import Clock, utc_now
-from keel_stream.gateway.config_policy import Policy
+from keel_stream.gateway.config import TenantConfig
 from keel_stream.kernel import Event, InputTally, Kind, StopReason
-from keel_stream.kernel.decisions import approval_of
-from keel_stream.kernel.validation import tool_call_blocks
 from keel_stream.logs import get_logger
+from keel_stream.plugins.pinning import BUILTIN, pins_in
 from keel_stream.projections.transcript import TRANSCRIPT, TranscriptState
 from keel_stream.store.deadlines import Deadlines
 from keel_stream.store.protocol import Claim, Ledger, Runs
@@ -42,43 +39,22 @@ from keel_stream.worker.agent_settings import (
     TurnModel,
 )
 from keel_stream.worker.answers import Answer, ask_model
+from keel_stream.worker.calls import Attempt, CallRunner, ms
 from keel_stream.worker.compaction import Compactor
-from keel_stream.worker.decisions import Resolution, answers_in, gate_calls, resolve
+from keel_stream.worker.decisions import answers_in, gate_calls
 from keel_stream.worker.metrics import observe_answer
 from keel_stream.worker.partials import PartialsPublisher
 from keel_stream.worker.providers.base import Provider, ToolSpec
 from keel_stream.worker.session_io import Fenced, SessionIO
 from keel_stream.worker.settling import AttemptRecord, AttemptResult, Settler
 from keel_stream.worker.signals import Signals, Stopped, unless_stopped
+from keel_stream.worker.subagents import Delegations, offered_tools, reported
 from keel_stream.worker.tool_providers import ToolProviders
 from keel_stream.worker.toolbox import Toolbox
 
 __all__ = ["AgentLoop", "AttemptResult", "Signals"]
 
 _GUIDE: Final = "guide"
-
-
-def _unanswered_calls(state: TranscriptState) -> list[Mapping[str, Any]]:
-    """Calls of the latest answer whose results are not in the log (after a takeover)."""
-    answered = {m.get("toolCallId") for m in state.context if m.get("role") == "toolResult"}
-    for message in reversed(state.context):
-        if message.get("role") == "assistant":
-            if message.get("stopReason") != StopReason.TOOL_USE:
-                return []
-            calls = tool_call_blocks({"content": message.get("content", [])})
-            return [c for c in calls if c["id"] not in answered]
-    return []
-
-
-@dataclass(frozen=True, slots=True)
-class _Attempt:
-    """What one attempt runs with: its tenant's model settings, tools, approval policy and the
-    decision answers in the log."""
-
-    settings: AttemptSettings
-    toolbox: Toolbox
-    policy: Policy | None
-    answers: dict[str, tuple[int, Mapping[str, Any]]]
 
 
 class AgentLoop:
@@ -96,11 +72,13 @@ class AgentLoop:
         tool_providers: ToolProviders | None = None,
         clock: Clock = utc_now,
         deadlines: Deadlines | None = None,
+        delegations: Delegations | None = None,
     ) -> None:
         self._ledger = ledger
         self._partials = partials
         self._max_turns = max_turns
-        self._settler = Settler(runs, provider.name, provider.model, deadlines)
+        self._settler = Settler(runs, provider.name, provider.model, deadlines, delegations)
+        self._calls = CallRunner(delegations)
         self._fallback = TurnModel(provider, context_budget_chars)
         self._configs = configs or TenantConfigCache(None, None)
         self._model_providers = model_providers or ModelProviders()
@@ -108,7 +86,7 @@ class AgentLoop:
         self._clock = clock
         self._log = get_logger("worker")
 
-    async def _setup(self, tenant: str, history: list[Event]) -> _Attempt:
+    async def _setup(self, tenant: str, history: list[Event]) -> Attempt:
         resolved = await self._configs.resolve(tenant)
         settings = AttemptSettings(resolved, self._fallback, self._model_providers)
         settings.observe(history)
@@ -116,8 +94,13 @@ class AgentLoop:
         if resolved is not None and self._tool_providers is not None:
             declared = resolved.config.external.tools
             connections = self._tool_providers.for_tenant(tenant, declared)
-        policy = resolved.config.policy if resolved is not None else None
-        return _Attempt(settings, Toolbox(connections), policy, answers_in(history))
+        config = resolved.config if resolved is not None else TenantConfig()
+        policy = config.policy if resolved is not None else None
+        toolbox = Toolbox(connections, pins=pins_in(history))
+        return Attempt(
+            settings, toolbox, policy, config.settings.subagents, history,
+            answers_in(history), reported(history),
+        )  # fmt: skip
 
     async def run_attempt(self, claim: Claim, signals: Signals) -> AttemptResult:
         """Run (or, after a takeover, settle) one attempt; never raises for the attempt's own
@@ -129,7 +112,7 @@ class AgentLoop:
             if claim.taken_over:
                 return await self._settler.settle_abandoned(io)
             await self._attempt(io, record, signals)
-            record.duration_ms = _ms(record.started)
+            record.duration_ms = ms(record.started)
             return await self._settler.settle(io, record)
         except (Fenced, Stopped) as exc:
             # Stopped escapes only when the heartbeat found the lease gone mid-request.
@@ -141,22 +124,22 @@ class AgentLoop:
             log.error("attempt crashed", error=repr(exc))
             record.failed, record.stop_reason = True, StopReason.ERROR
             record.error = f"attempt crashed: {exc.__class__.__name__}: {exc}"
-            record.duration_ms = _ms(record.started)
+            record.duration_ms = ms(record.started)
             return await self._settler.settle(io, record, crashed=True)
 
     async def _attempt(self, io: SessionIO, record: AttemptRecord, signals: Signals) -> None:
         history = await io.read_log()
+        record.seen_through = history[-1].seq if history else 0
         account = InputTally().observe_many(history).account(io.claim.read_watermark)
-        if not account.needs_turn:
-            # Nothing owed (a race with an answer), or only decisions to wait for: settled
-            # done, with its summary.
-            record.waiting = account.waiting
-            return
+        if not account.needs_turn and not account.waiting:
+            return  # Nothing owed (a race with an answer): settled done, with its summary.
+        # Waiting calls still pass through the call runner once: a subagent that a worker died
+        # before creating is created now (each step is keyed; repeating it changes nothing).
         attempt = await self._setup(io.claim.tenant, history)
         transcript = TRANSCRIPT.apply_many(TRANSCRIPT.initial(), history)
         seen = history[-1].seq if history else 0
         while True:
-            transcript = await self._answer_calls(io, transcript, record, signals, attempt)
+            transcript = await self._calls.answer_calls(io, transcript, record, signals, attempt)
             if record.waiting:
                 break
             if signals.cancel.is_set() or record.cancelled:
@@ -192,7 +175,7 @@ class AgentLoop:
         record.context_messages = len(transcript.model_view)
 
     async def _take_guides(
-        self, io: SessionIO, transcript: TranscriptState, seen: int, attempt: _Attempt
+        self, io: SessionIO, transcript: TranscriptState, seen: int, attempt: Attempt
     ) -> tuple[TranscriptState, int]:
         """Guides committed since the last request boundary join this request."""
         fresh = await io.read_log(after=seen)
@@ -204,6 +187,8 @@ class AgentLoop:
         attempt.settings.observe(guides)
         for decision, answered in answers_in(fresh).items():
             attempt.answers.setdefault(decision, answered)
+        for call, result in reported(fresh).items():
+            attempt.reports.setdefault(call, result)
         return TRANSCRIPT.apply_many(transcript, guides), fresh[-1].seq
 
     async def _compact(
@@ -227,14 +212,17 @@ class AgentLoop:
             seen = max(seen, compaction.seq)
         return transcript, seen
 
-    async def _tools(self, attempt: _Attempt, signals: Signals) -> list[ToolSpec]:
-        """The request's tools; a cancel while providers connect leaves theirs out."""
+    async def _tools(self, attempt: Attempt, signals: Signals) -> list[ToolSpec]:
+        """The request's tools (with `delegate` while the tree may grow, and only those its
+        task allows for a subagent); a cancel while providers connect leaves theirs out."""
         try:
-            return await unless_stopped(attempt.toolbox.specs(), signals)
+            specs = await unless_stopped(attempt.toolbox.specs(), signals)
         except Stopped:
             if signals.fenced.is_set():
                 raise Fenced("lease lost while tool providers connected") from None
-            return await Toolbox().specs()
+            specs = await Toolbox().specs()
+        delegating = self._calls.delegates
+        return offered_tools(specs, attempt.history, attempt.limits, delegating=delegating)
 
     async def _refuse(
         self, io: SessionIO, transcript: TranscriptState, record: AttemptRecord, error: str
@@ -260,7 +248,7 @@ class AgentLoop:
         transcript: TranscriptState,
         record: AttemptRecord,
         model: TurnModel,
-        attempt: _Attempt,
+        attempt: Attempt,
     ) -> Event:
         finish = answer.finish
         record.add_usage(finish.usage)
@@ -282,6 +270,9 @@ class AgentLoop:
         settings = model.settings_record()
         if settings is not None:
             payload["settings"] = settings
+        pinned = [t for t in attempt.toolbox.catalog() if t["source"] != BUILTIN]
+        if pinned:  # the schemas this session was shown (built-ins ship with the worker)
+            payload["tools"] = pinned
         if finish.usage:
             payload["usage"] = dict(finish.usage)
         if answer.cancelled:
@@ -292,75 +283,3 @@ class AgentLoop:
             if finish.error:
                 payload["errorMessage"] = finish.error
         return await io.commit(Kind.ASSISTANT_MESSAGE, payload)
-
-    async def _answer_calls(
-        self,
-        io: SessionIO,
-        transcript: TranscriptState,
-        record: AttemptRecord,
-        signals: Signals,
-        attempt: _Attempt,
-    ) -> TranscriptState:
-        """Run the latest answer's calls that have no result yet, committing each result; a gated
-        call runs as its answered decision says, and one still open is left waiting."""
-        waiting = False
-        for call in _unanswered_calls(transcript):
-            resolution = None
-            if approval_of(call) is not None:
-                answered = attempt.answers.get(str(call["id"]))
-                if answered is None:
-                    waiting = True
-                    continue
-                resolution = resolve(call, *answered)
-            event = await self._run_tool(io, call, record, signals, attempt.toolbox, resolution)
-            if event is None:
-                break
-            transcript = TRANSCRIPT.apply_many(transcript, [event])
-            if resolution is not None and resolution.cancel:
-                record.cancelled, record.stop_reason = True, StopReason.ABORTED
-                return transcript
-        record.waiting = waiting
-        return transcript
-
-    async def _run_tool(
-        self,
-        io: SessionIO,
-        call: Mapping[str, Any],
-        record: AttemptRecord,
-        signals: Signals,
-        toolbox: Toolbox,
-        resolution: Resolution | None = None,
-    ) -> Event | None:
-        """Run one call (as its decision says, if it had one) and commit its result; None if
-        cancelled while it ran."""
-        began = time.monotonic()
-        raw = call.get("invalidArguments")
-        arguments = call.get("arguments", {}) if resolution is None else resolution.arguments
-        if raw is not None:
-            text, is_error = f"the arguments are not a JSON object: {raw}", True
-        elif arguments is None and resolution is not None:
-            text, is_error = resolution.text, resolution.is_error
-        else:
-            try:
-                text, is_error = await unless_stopped(
-                    toolbox.run(str(call["name"]), arguments), signals
-                )
-            except Stopped:
-                if signals.fenced.is_set():
-                    raise Fenced("lease lost while a tool ran") from None
-                return None
-        record.timings.append(
-            {"toolCallId": call["id"], "name": call["name"], "durationMs": _ms(began)}
-        )
-        result: dict[str, Any] = {
-            "toolCallId": call["id"],
-            "content": [{"type": "text", "text": text}],
-            "isError": is_error,
-        }
-        if resolution is not None:
-            result["decision"] = resolution.provenance
-        return await io.commit(Kind.TOOL_RESULT, result)
-
-
-def _ms(since: float) -> int:
-    return int((time.monotonic() - since) * 1000)

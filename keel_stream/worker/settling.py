@@ -17,12 +17,14 @@ from keel_stream.errors import KeelError
 from keel_stream.kernel import (
     AttemptOutcome,
     Event,
+    InputAccount,
     InputTally,
     Kind,
     RunStatus,
     StopReason,
     finish_status,
 )
+from keel_stream.kernel.decisions import released_call
 from keel_stream.kernel.status import fresh_budget
 from keel_stream.logs import get_logger
 from keel_stream.store.deadlines import Deadlines
@@ -31,6 +33,7 @@ from keel_stream.worker.agent_settings import TurnModel
 from keel_stream.worker.expiry import deadlines_of, has_decisions
 from keel_stream.worker.metrics import SETTLED
 from keel_stream.worker.session_io import SessionIO
+from keel_stream.worker.subagents import Delegations
 
 __all__ = ["AttemptRecord", "AttemptResult", "Settler"]
 
@@ -58,7 +61,9 @@ class AttemptRecord:
     failed: bool = False
     permanent: bool = False
     waiting: bool = False
-    """The attempt stopped because every call left waits on an open decision."""
+    """The attempt stopped because every call left waits (an open decision, a subagent)."""
+    seen_through: int | None = None
+    """The last seq of the log the attempt read when it started (None: it read none)."""
     duration_ms: int | None = None
     """Known only for attempts this process ran."""
     model: TurnModel | None = None
@@ -104,12 +109,43 @@ def _outcome_status(outcome: AttemptOutcome) -> str:
     return "cancelled" if outcome.cancelled else "failed" if outcome.failed else "done"
 
 
+def _released_late(log: list[Event], pending: frozenset[str], seen_through: int | None) -> bool:
+    """Whether a call still without a result was released (answered, or its subagent reported)
+    after the attempt read the log: like late input, it owes a run."""
+    if seen_through is None or not pending:
+        return False
+    return any(
+        e.seq > seen_through and released_call(e.payload) in pending
+        for e in log
+        if e.kind == Kind.USER_MESSAGE
+    )
+
+
+def _finished(status: RunStatus, account: InputAccount) -> bool:
+    """Whether a run has come to an end its parent can be told of (a subagent's)."""
+    if status == RunStatus.FAILED:
+        return True
+    return status == RunStatus.DONE and not account.waiting and not account.needs_turn
+
+
+def _report_status(outcome: AttemptOutcome, status: RunStatus) -> str:
+    if outcome.cancelled:
+        return "cancelled"
+    return "failed" if status == RunStatus.FAILED else "done"
+
+
 class Settler:
     def __init__(
-        self, runs: Runs, provider: str, model: str, deadlines: Deadlines | None = None
+        self,
+        runs: Runs,
+        provider: str,
+        model: str,
+        deadlines: Deadlines | None = None,
+        delegations: Delegations | None = None,
     ) -> None:
         self._runs = runs
         self._deadlines = deadlines
+        self._delegations = delegations
         self._provider = provider
         self._model = model
         self._log = get_logger("worker")
@@ -152,7 +188,14 @@ class Settler:
         account = inputs.account(claim.read_watermark)
         # An attempt that stopped to wait owes nothing; if an answer arrived before this read,
         # the session owes a run again at once (as for late input).
-        answered_meanwhile = record.waiting and account.needs_turn
+        answered_meanwhile = (record.waiting and account.needs_turn) or _released_late(
+            log, inputs.pending_calls, record.seen_through
+        )
+        unseen = account.unpresented
+        if record.cancelled and record.seen_through is not None:
+            # A cancel is meant for the input the attempt had when it started; only input that
+            # came later owes a run again (the seed's "input it never saw").
+            unseen = tuple(s for s in unseen if s > record.seen_through)
         outcome = AttemptOutcome(
             cancelled=record.cancelled,
             failed=record.failed
@@ -160,7 +203,7 @@ class Settler:
             attempts=claim.attempts,
             max_attempts=claim.max_attempts,
             more_input=answered_meanwhile
-            or (bool(account.unpresented) and not abandoned and not account.waiting),
+            or (bool(unseen) and not abandoned and not account.waiting),
             permanent=record.permanent,
         )
         if summarise:
@@ -169,16 +212,20 @@ class Settler:
             # Before the lease is given up, so a decision is never open without its deadline.
             open_now = deadlines_of(claim.tenant, claim.session, log)
             await self._deadlines.sync(claim.tenant, claim.session, open_now)
+        status = finish_status(outcome)
+        if self._delegations is not None and _finished(status, account):
+            # Before the lease is given up: a child's result always reaches its parent.
+            await self._delegations.report(claim.tenant, log, _report_status(outcome, status))
         settlement = Settlement(
-            status=finish_status(outcome),
+            status=status,
             read_watermark=max(inputs.answered, default=0),
             accounted_through=log[-1].seq if log else 0,
             fresh_budget=fresh_budget(outcome),
         )
-        status = await self._runs.settle(claim, settlement)
-        if status is not None:
-            SETTLED.labels(_outcome_status(outcome), status).inc()
-        return AttemptResult(status, record.turns, record.stop_reason)
+        settled = await self._runs.settle(claim, settlement)
+        if settled is not None:
+            SETTLED.labels(_outcome_status(outcome), settled).inc()
+        return AttemptResult(settled, record.turns, record.stop_reason)
 
     async def _summarise(
         self,

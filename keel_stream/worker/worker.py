@@ -41,6 +41,7 @@ from keel_stream.worker.metrics import ACTIVE, CLAIMED, TAKEOVERS
 from keel_stream.worker.partials import PartialsPublisher
 from keel_stream.worker.providers.base import Provider
 from keel_stream.worker.providers.fake import FakeProvider
+from keel_stream.worker.subagents import Delegations
 from keel_stream.worker.tool_providers import ToolProviders
 
 __all__ = ["Worker", "WorkerConfig"]
@@ -117,6 +118,7 @@ class Worker:
             model_providers=config.model_providers,
             tool_providers=tool_providers,
             deadlines=store.deadlines,
+            delegations=Delegations(store.ledger, store.subagents),
         )  # fmt: skip
         sweeper = DecisionSweeper(store.ledger, store.deadlines, config.owner)
         sweeping = asyncio.create_task(sweeper.run(stop))

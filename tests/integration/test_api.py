@@ -45,13 +45,21 @@ async def test_capabilities(api: Api) -> None:
     assert body["apiVersion"] == "v1"
     assert body["serviceVersion"].startswith("keel-stream/")
     assert body["features"]["sessions.list"] is True
-    assert body["features"]["subagents"] is False
-    assert (body["features"]["decisions"], body["features"]["hooks"]) == (True, True)
-    hooks = ["turn.started", "turn.finished", "decision.opened", "decision.answered"]
-    assert body["hooks"] == hooks
+    for feature in ("decisions", "hooks", "subagents", "triggers", "plugins"):
+        assert body["features"][feature] is True, feature
+    assert body["hooks"] == [
+        "subagent.started",
+        "subagent.finished",
+        "trigger.before",
+        "trigger.after",
+        "turn.started",
+        "turn.finished",
+        "decision.opened",
+        "decision.answered",
+    ]  # fmt: skip, the seed's list, in its order
     assert body["limits"]["sessionsPageDefault"] == 50
     assert body["limits"]["sessionsPageMax"] == 200
-    assert "subagentsPageMax" not in body["limits"], "no subagents in this build"
+    assert body["limits"]["subagentsPageMax"] == 200
 
 
 async def test_missing_bad_and_revoked_keys_are_401(api: Api, pool: asyncpg.Pool) -> None:

@@ -26,7 +26,7 @@ from tests.support.cli import KEEL, one_line_error
 from tests.support.cli import run_keel_sync as keel
 from tests.support.dev_runs import DevRun, Devs, wait_for
 
-SERVICES = {"projector", "relay", "worker", "hooks", "api"}
+SERVICES = {"projector", "relay", "worker", "hooks", "triggers", "api"}
 
 
 @pytest.fixture(scope="module")

@@ -93,6 +93,7 @@ def test_children_get_the_settings_dev_resolved_and_metrics_ports_of_their_own(
         "relay": 9301,
         "worker": 9302,
         "hooks": 9303,
+        "triggers": 9304,
     }
     with pytest.raises(InvalidSetting):
         metrics_ports(KeelSettings(metrics_port=65534))

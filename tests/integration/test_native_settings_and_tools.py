@@ -12,6 +12,7 @@ import asyncpg
 import pytest
 
 from keel_stream.kernel import CommitRequest, Event
+from keel_stream.kernel.subagents import DELEGATE
 from keel_stream.store import PostgresLedger
 from keel_stream.store.tenant_configs import TenantConfigs
 from keel_stream.worker.agent_settings import ModelProviders
@@ -140,7 +141,7 @@ async def test_a_provider_tool_runs_on_the_tenants_model_settings(
         assert request["model"] == "gpt-smart"
         assert request["messages"][0] == {"role": "system", "content": SMART["systemPrompt"]}
         assert (request["temperature"], request["max_tokens"]) == (0.25, 321)
-        assert tool_names(request) == {*TOOLS, "docs__upper", "docs__add"}
+        assert tool_names(request) == {*TOOLS, DELEGATE, "docs__upper", "docs__add"}
     second = server.requests[1]
     upper = next(t["function"] for t in second["tools"] if t["function"]["name"] == "docs__upper")
     assert upper["description"] == "Upper-case a text."
@@ -169,7 +170,7 @@ async def test_a_provider_that_cannot_start_only_loses_its_tools(
     assert "settings" not in answer
     assert events[2].payload["status"] == "done"
     (request,) = server.requests
-    assert tool_names(request) == {*TOOLS, "docs__upper", "docs__add"}
+    assert tool_names(request) == {*TOOLS, DELEGATE, "docs__upper", "docs__add"}
     assert "temperature" not in request
     assert request["messages"][0]["role"] == "user"
 

@@ -58,7 +58,12 @@ FINISHED = ("run.finished", {"status": "done", "turns": 2})
 
 
 def test_the_names_emitted() -> None:
-    assert HOOK_NAMES == ("turn.started", "turn.finished", "decision.opened", "decision.answered")
+    assert set(HOOK_NAMES) >= {
+        "turn.started",
+        "turn.finished",
+        "decision.opened",
+        "decision.answered",
+    }
 
 
 def test_a_tool_turn_is_two_model_requests() -> None:

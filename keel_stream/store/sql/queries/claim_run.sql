@@ -5,7 +5,9 @@
 -- the previous owner. External sessions are filtered here (fail-closed): even a dirty run row is
 -- never claimed. A pending claim starts an attempt (attempts + 1). A takeover does not: the new
 -- owner first settles the attempt that died (taken_over), then starts the next one if the policy
--- allows.
+-- allows. cancel_requested is left as it is: a cancel asked of an attempt that died, or of a run
+-- not claimed yet (a subagent tree cancelled), is meant for the attempt that claims it; settling
+-- clears it.
 -- Fairness: $3 names tenants the claiming worker already runs its share of (skipped by both
 -- probes); $4 caps running attempts per tenant across all workers (0: no cap). Pending runs of the
 -- tenants with the fewest running attempts go first, oldest first among equals: one tenant's
@@ -19,8 +21,6 @@ SET status = 'running',
     lease_expires_at = now() + make_interval(secs => $2),
     heartbeat_at = now(),
     attempts = CASE WHEN claimed.status = 'running' THEN r.attempts ELSE r.attempts + 1 END,
-    -- A cancel asked of an attempt that died is still meant for the run: a takeover keeps it.
-    cancel_requested = CASE WHEN claimed.status = 'running' THEN r.cancel_requested ELSE false END,
     updated_at = now()
 FROM (
     SELECT * FROM (

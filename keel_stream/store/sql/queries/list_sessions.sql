@@ -10,7 +10,9 @@ SELECT s.session_id, s.last_seq, s.state_owner, s.external_backend, s.external_r
        r.status AS run_status, r.attempts, r.lease_epoch, s.forked_from, s.forked_at_seq,
        ARRAY(SELECT d.decision_id FROM decision_deadlines AS d
              WHERE d.tenant_id = s.tenant_id AND d.session_id = s.session_id AND NOT d.closed
-             ORDER BY d.decision_id) AS open_decisions
+             ORDER BY d.decision_id) AS open_decisions,
+       l.parent_session, l.tool_call_id AS parent_call, l.depth AS subagent_depth,
+       l.root_session
 FROM sessions AS s
 LEFT JOIN LATERAL (
     SELECT status, attempts, lease_epoch
@@ -18,6 +20,8 @@ LEFT JOIN LATERAL (
     WHERE runs.tenant_id = s.tenant_id AND runs.session_id = s.session_id
     LIMIT 1  -- keeps the lookup per row: a plain join would be planned over all of runs
 ) AS r ON true
+LEFT JOIN subagent_links AS l
+    ON l.tenant_id = s.tenant_id AND l.child_session = s.session_id
 WHERE s.tenant_id = $1 AND s.session_id > coalesce($2::text, '')
   AND ($4::text IS NULL OR coalesce(r.status, 'none') = $4::text)
   AND ($5::text IS NULL OR s.state_owner = $5::text)
