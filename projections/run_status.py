@@ -67,6 +67,7 @@ class RunStatusProjection:
             "unansweredInputs": list(account.unanswered),
             "owedTurn": account.owed_turn,
             "openDecisions": list(account.open_decisions),
+            "runningSubagents": list(account.running_subagents),
             "waitingOnDecisions": account.waiting,
             "inputLedger": {
                 "inputs": list(ledger.inputs),
@@ -76,6 +77,7 @@ class RunStatusProjection:
                 "latestFailed": ledger.latest_failed,
                 "pendingCalls": sorted(ledger.pending_calls),
                 "awaitingDecisions": sorted(ledger.awaiting),
+                "delegated": sorted(ledger.delegated),
             },
         }
 
@@ -97,6 +99,7 @@ class RunStatusProjection:
                 latest_failed=bool(ledger.get("latestFailed", False)),
                 pending_calls=frozenset(ledger.get("pendingCalls", ())),
                 awaiting=frozenset(ledger.get("awaitingDecisions", ())),
+                delegated=frozenset(ledger.get("delegated", ())),
             ),
         )
 

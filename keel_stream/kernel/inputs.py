@@ -46,6 +46,8 @@ class InputAccount:
     """The unanswered inputs that no request has presented to the model yet (arrived late)."""
     open_decisions: tuple[str, ...] = ()
     """Gated calls of the latest answer with neither an answer nor a result."""
+    running_subagents: tuple[str, ...] = ()
+    """`delegate` calls of the latest answer whose subagent has not reported yet."""
     waiting: bool = False
     """Every call of the latest answer without a result waits on an open decision."""
 
@@ -76,6 +78,8 @@ class InputTally:
     pending_calls: frozenset[str] = frozenset()
     """Calls of the latest answer (if it asked for tools) that have no result yet."""
     awaiting: frozenset[str] = frozenset()
+    delegated: frozenset[str] = frozenset()
+    """The latest answer's `delegate` calls (waiting on a subagent, not a decision)."""
     """Of those, the gated ones whose decision has no answer yet."""
 
     def observe(self, event: EventLike) -> InputTally:
@@ -88,6 +92,7 @@ class InputTally:
         answered = set(self.answered)
         presented = set(self.presented)
         pending, awaiting = set(self.pending_calls), set(self.awaiting)
+        delegated = self.delegated
         first, stop, failed = self.first_tracked, self.latest_stop, self.latest_failed
         for event in events:
             if event.kind == Kind.USER_MESSAGE:
@@ -105,8 +110,10 @@ class InputTally:
                 failed = is_terminal_failure(payload)
                 latest = payload.get("stopReason")
                 stop = latest if isinstance(latest, str) else None
-                pending, awaiting = (
-                    _calls_of(payload) if stop == StopReason.TOOL_USE else (set(), set())
+                pending, awaiting, delegated = (
+                    _calls_of(payload)
+                    if stop == StopReason.TOOL_USE
+                    else (set(), set(), frozenset())
                 )
                 seqs = payload.get("inputSeqs")
                 if isinstance(seqs, list):
@@ -117,7 +124,7 @@ class InputTally:
                         answered.update(s for s in seqs if isinstance(s, int))
         return InputTally(
             tuple(inputs), frozenset(answered), frozenset(presented), first, stop, failed,
-            frozenset(pending), frozenset(awaiting),
+            frozenset(pending), frozenset(awaiting), delegated,
         )  # fmt: skip
 
     def account(self, read_watermark: int = 0) -> InputAccount:
@@ -137,20 +144,26 @@ class InputTally:
             unanswered=unanswered,
             owed_turn=owed,
             unpresented=unpresented,
-            open_decisions=tuple(sorted(self.awaiting)),
+            open_decisions=tuple(sorted(self.awaiting - self.delegated)),
+            running_subagents=tuple(sorted(self.awaiting & self.delegated)),
             waiting=waiting,
         )
 
 
-def _calls_of(payload: Mapping[str, Any]) -> tuple[set[str], set[str]]:
-    """The call ids of an answer, and those gated by an approval."""
-    calls, gated = set(), set()
+def _calls_of(payload: Mapping[str, Any]) -> tuple[set[str], set[str], frozenset[str]]:
+    """The call ids of an answer, those that wait (gated by an approval, or delegated), and
+    the delegated ones."""
+    calls, waits, delegated = set(), set(), set()
     for block in payload.get("content") or ():
         if isinstance(block, dict) and block.get("type") == "toolCall":
-            calls.add(str(block.get("id")))
-            if approval_of(block) is not None or is_delegation(block):
-                gated.add(str(block.get("id")))
-    return calls, gated
+            call = str(block.get("id"))
+            calls.add(call)
+            if is_delegation(block):
+                delegated.add(call)
+                waits.add(call)
+            elif approval_of(block) is not None:
+                waits.add(call)
+    return calls, waits, frozenset(delegated)
 
 
 def account_inputs(events: Iterable[EventLike], read_watermark: int = 0) -> InputAccount:

@@ -207,7 +207,7 @@ class Settler:
             permanent=record.permanent,
         )
         if summarise:
-            await self._summarise(io, record, outcome, account.open_decisions)
+            await self._summarise(io, record, outcome, account)
         if self._deadlines is not None and has_decisions(log):
             # Before the lease is given up, so a decision is never open without its deadline.
             open_now = deadlines_of(claim.tenant, claim.session, log)
@@ -232,7 +232,7 @@ class Settler:
         io: SessionIO,
         record: AttemptRecord,
         outcome: AttemptOutcome,
-        open_decisions: tuple[str, ...] = (),
+        account: InputAccount | None = None,
     ) -> None:
         summary: dict[str, Any] = {
             "status": _outcome_status(outcome),
@@ -257,8 +257,10 @@ class Settler:
             summary["error"] = record.error
         if record.abandoned_epoch is not None:
             summary["abandonedEpoch"] = record.abandoned_epoch
-        if open_decisions:
-            summary["openDecisions"] = list(open_decisions)
+        if account is not None and account.open_decisions:
+            summary["openDecisions"] = list(account.open_decisions)
+        if account is not None and account.running_subagents:
+            summary["runningSubagents"] = list(account.running_subagents)
         try:
             await io.commit(Kind.RUN_FINISHED, summary)
         except KeelError as exc:

@@ -43,7 +43,8 @@ def test_a_parent_waits_on_its_children_and_their_results_are_not_inputs() -> No
     assert account_inputs(log).waiting
     log.append(result_of(3, "c1"))
     account = account_inputs(log)
-    assert (account.waiting, account.unanswered, account.open_decisions) == (False, (), ("c2",))
+    assert (account.waiting, account.unanswered) == (False, ())
+    assert (account.open_decisions, account.running_subagents) == ((), ("c2",))
 
 
 def test_the_child_id_is_the_same_for_every_worker() -> None:
