@@ -229,3 +229,22 @@ async def test_a_gated_call_is_approved_from_the_session_page(
         assert "noted: ship it" in seen[4]
         assert "done: noted: ship it" in seen[5]
     assert (tmp_path / "notes.txt").read_text() == "ship it\n"
+
+
+async def test_a_parent_page_links_its_subagent_and_the_child_links_back(
+    database_dsn: str, kafka: KafkaServer, topic_prefix: str
+) -> None:
+    async with console_with_worker(database_dsn, kafka, topic_prefix) as (api, browser):
+        await browser.sign_in(api.key)
+        parent = await new_session(browser)
+        await say(browser, '[[tool:delegate {"task": "count the stars"}]]')
+        seen = await entries_reach(browser, 6, "the delegation, its result and the answer")
+        assert "done: echo: count the stars" in seen[5]
+        assert "Subagent done" in seen[3]
+        await browser.until_text("#subagents a", lambda t: t.startswith("sub-"), "the child link")
+        await browser.click("#subagents a")
+        await browser.until("the child's page", lambda: "/sub-" in browser.path)
+        await browser.until_text(
+            "#subagent-of", lambda t: parent in t and "depth 1" in t, "the link to the parent"
+        )
+        assert "count the stars" in (await entries_reach(browser, 1, "the task"))[0]

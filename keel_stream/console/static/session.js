@@ -90,6 +90,11 @@
         el("p", "text", `${d.id} answered by ${d.answeredBy}${d.reason ? ": " + d.reason : ""}`));
       return;
     }
+    if (p.subagentResult) {
+      const r = p.subagentResult;
+      li.append(head(ev, `Subagent ${r.status}`), el("p", "text", `${r.child}: ${r.text || ""}`));
+      return;
+    }
     const delivery = p.delivery ? ` (${p.delivery})` : "";
     li.append(head(ev, "You" + delivery), el("p", "text", p.text ?? textOf(p.content)));
   }
@@ -205,7 +210,22 @@
     return folded.ok ? folded.data.state : null;
   }
 
+  async function refreshSubagents() {
+    const page = await keel.api("GET", base + "/subagents?limit=200");
+    if (!page.ok) return;
+    const list = $("subagents");
+    const items = page.data.subagents.map((child) => {
+      const item = el("li");
+      const link = el("a", "mono", child.id);
+      link.href = "/console/sessions/" + encodeURIComponent(child.id);
+      item.append(link, ` ${child.runStatus || "never run"}`);
+      return item;
+    });
+    list.replaceChildren(...(items.length ? items : [el("li", "", "none")]));
+  }
+
   async function refreshStatus() {
+    refreshSubagents();
     const session = await keel.api("GET", base);
     if (session.ok) {
       $("run-status").textContent = session.data.run.status || "never run";
