@@ -110,6 +110,7 @@ class AgentLoop:
         record = AttemptRecord()
         try:
             if claim.taken_over:
+                await self._start_waiting_subagents(io, signals)
                 return await self._settler.settle_abandoned(io)
             await self._attempt(io, record, signals)
             record.duration_ms = ms(record.started)
@@ -126,6 +127,16 @@ class AgentLoop:
             record.error = f"attempt crashed: {exc.__class__.__name__}: {exc}"
             record.duration_ms = ms(record.started)
             return await self._settler.settle(io, record, crashed=True)
+
+    async def _start_waiting_subagents(self, io: SessionIO, signals: Signals) -> None:
+        """A worker that died right after committing `delegate` calls may not have created
+        their subagents: the takeover does (every step is keyed), whatever the run's budget."""
+        history = await io.read_log()
+        if not InputTally().observe_many(history).account(io.claim.read_watermark).waiting:
+            return
+        attempt = await self._setup(io.claim.tenant, history)
+        transcript = TRANSCRIPT.apply_many(TRANSCRIPT.initial(), history)
+        await self._calls.answer_calls(io, transcript, AttemptRecord(), signals, attempt)
 
     async def _attempt(self, io: SessionIO, record: AttemptRecord, signals: Signals) -> None:
         history = await io.read_log()

@@ -312,3 +312,30 @@ async def test_an_attempt_that_dies_the_same_way_every_time_spends_the_budget() 
     summaries = [e.payload for e in await log(store) if e.kind == "run.finished"]
     assert [s["status"] for s in summaries] == ["failed"] * 3, "one per attempt of the budget"
     assert all(s["error"].startswith("attempt crashed: StoreError") for s in summaries)
+
+
+async def test_a_takeover_creates_the_subagents_a_dead_worker_asked_for() -> None:
+    store = await new_store()
+    await say(store, "go", "r1")
+    dead = await store.runs("dead", 0.05).claim()
+    assert dead is not None
+    session = store.find("acme", "s1")
+    assert session is not None
+    assert session.run is not None
+    session.run.max_attempts = 1  # the takeover settles the dead attempt as the last one
+    calls = [{"type": "toolCall", "id": "c1", "name": "delegate", "arguments": {"task": "alpha"}}]
+    answer = {"role": "assistant", "content": calls, "inputSeqs": [1], "stopReason": "tool_use",
+              "generationId": "g1"}  # fmt: skip
+    request = CommitRequest(
+        tenant_id="acme", session_id="s1", kind="assistant.message", payload=answer,
+        lease=dead.lease,
+    )  # fmt: skip
+    await store.commit(request)
+    async with worker(store):
+
+        async def answered() -> bool:
+            return any(e.payload.get("stopReason") == "end_turn" for e in await log(store))
+
+        await wait_until(answered, 10, "the parent's answer after its subagent", interval_s=0.01)
+    results = [e.payload for e in await log(store) if e.kind == "tool.result"]
+    assert [(r["toolCallId"], r["content"][0]["text"]) for r in results] == [("c1", "echo: alpha")]
