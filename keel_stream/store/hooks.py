@@ -18,6 +18,7 @@ from keel_stream.errors import TenantNotFound
 from keel_stream.hooks.errors import DeliveryNotFound, HookLimitReached, HookNotFound
 from keel_stream.kernel.types import Event
 from keel_stream.store.driver_errors import translated
+from keel_stream.store.postgres import event_of
 from keel_stream.store.sqlfiles import query
 
 __all__ = [
@@ -250,14 +251,4 @@ class HookStore:
         """The session's committed events with after < seq <= upto, in seq order."""
         async with translated("read ledger range"):
             rows = await self._pool.fetch(query("ledger_range"), tenant, session, after, upto)
-        return [
-            Event(
-                tenant=tenant,
-                session=session,
-                seq=row["seq"],
-                kind=row["kind"],
-                payload=row["payload"],
-                committed_at=row["committed_at"],
-            )
-            for row in rows
-        ]
+        return [event_of(tenant, session, row) for row in rows]

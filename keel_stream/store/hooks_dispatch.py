@@ -14,6 +14,7 @@ import orjson
 from keel_stream.kernel.types import Event
 from keel_stream.store.driver_errors import translated
 from keel_stream.store.hooks import NewDelivery, Subscription, delivery_columns, subscription_of
+from keel_stream.store.postgres import event_of
 from keel_stream.store.sqlfiles import query
 
 __all__ = ["DispatchTransaction", "HookDispatchStore", "StoredFold"]
@@ -51,17 +52,7 @@ class DispatchTransaction:
         self, tenant: str, session: str, after: int, upto: int = _LEDGER_END
     ) -> list[Event]:
         rows = await self._conn.fetch(query("ledger_range"), tenant, session, after, upto)
-        return [
-            Event(
-                tenant=tenant,
-                session=session,
-                seq=row["seq"],
-                kind=row["kind"],
-                payload=row["payload"],
-                committed_at=row["committed_at"],
-            )
-            for row in rows
-        ]
+        return [event_of(tenant, session, row) for row in rows]
 
     async def subscriptions(self, tenants: Iterable[str]) -> list[Subscription]:
         rows = await self._conn.fetch(query("hook_active_for_tenants"), sorted(set(tenants)))

@@ -42,7 +42,7 @@ from keel_stream.store.forks import fork_in_postgres
 from keel_stream.store.protocol import MAX_READ_LIMIT, ExternalMarkers, check_one_session
 from keel_stream.store.sqlfiles import query
 
-__all__ = ["MAX_READ_LIMIT", "PostgresLedger"]
+__all__ = ["MAX_READ_LIMIT", "PostgresLedger", "event_of"]
 
 _EXTERNAL: Final = StateOwner.EXTERNAL.value
 _log = get_logger("store.commit")
@@ -143,6 +143,19 @@ def _outcome(commit: PreparedCommit, row: asyncpg.Record) -> Submission | KeelEr
         kind=commit.kind.value,
         key=commit.key,
         committed_at=row["out_committed_at"],
+    )
+
+
+def event_of(tenant: str, session: str, row: asyncpg.Record) -> Event:
+    """A committed event from a row of the events table (metadata when the query reads it)."""
+    return Event(
+        tenant=tenant,
+        session=session,
+        seq=row["seq"],
+        kind=row["kind"],
+        payload=row["payload"],
+        committed_at=row["committed_at"],
+        metadata=row.get("metadata"),
     )
 
 
@@ -337,18 +350,7 @@ class PostgresLedger:
         await self.head(tenant_id, session_id)
         async with translated("read events"):
             rows = await self._pool.fetch(query("read_events"), tenant_id, session_id, after, limit)
-        return [
-            Event(
-                tenant=tenant_id,
-                session=session_id,
-                seq=row["seq"],
-                kind=row["kind"],
-                payload=row["payload"],
-                committed_at=row["committed_at"],
-                metadata=row["metadata"],
-            )
-            for row in rows
-        ]
+        return [event_of(tenant_id, session_id, row) for row in rows]
 
     async def fork(
         self,
