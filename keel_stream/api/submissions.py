@@ -1,5 +1,10 @@
 """Client input through either door, `POST /input` or `POST /events`: one path to the kernel.
 
+The doors differ in one thing: an external session's state lives at its backend, so only
+`/input` (the documented door for input to it) records and forwards a message there; `/events`
+is the seed's edge-event door, a native write, and the kernel's refusal stands (409
+external_session).
+
 Both doors read the body as raw JSON and hand the payload to the kernel unchanged, so the same
 payload gets the same answer at both doors: the kernel's own rule code for a bad one
 (text_not_string, delivery_invalid, ...), and for a good one every field stored exactly as
@@ -155,9 +160,12 @@ async def submit(
     kind: Kind,
     fields: dict[str, Any],
     key: str | None,
+    *,
+    forward_external: bool,
 ) -> SubmissionView:
     """Commit an edge event whose payload passed the kernel's rules (`_checked`); it goes to
-    the kernel exactly as the client sent it."""
+    the kernel exactly as the client sent it. With forward_external, input to an external
+    session goes to its backend; without, the kernel's 409 external_session is the answer."""
     request_id = key if key is not None else fields.get("requestId")
     if request_id is None:
         request_id = str(uuid.uuid4())
@@ -168,6 +176,8 @@ async def submit(
             )
         )
     except ExternalSession:
+        if not forward_external:
+            raise
         # Refused under the session lock: the input goes to the session's backend instead.
         return await deliver(services, tenant, session_id, fields, str(request_id))
     delivery = fields.get("delivery")
@@ -205,7 +215,9 @@ async def post_input(
     """Commit a user message (the body is its payload). The same requestId again returns the
     same submission; without one, one is generated. Unknown fields are stored as sent."""
     payload = await _off_loop_if_large(request, _input)
-    submission = await submit(services, tenant, session_id, Kind.USER_MESSAGE, payload, None)
+    submission = await submit(
+        services, tenant, session_id, Kind.USER_MESSAGE, payload, None, forward_external=True
+    )
     return _answered(submission, response)
 
 
@@ -219,7 +231,10 @@ async def post_input(
 async def post_event(
     request: Request, services: Svc, tenant: Tenant, session_id: str, response: Response
 ) -> SubmissionView:
-    """Commit an edge event: only user.message is accepted here."""
+    """Commit an edge event: only user.message is accepted here, and only to a native session
+    (an external session's input goes through /input)."""
     kind, payload, request_id = await _off_loop_if_large(request, _edge_event)
-    submission = await submit(services, tenant, session_id, kind, payload, request_id)
+    submission = await submit(
+        services, tenant, session_id, kind, payload, request_id, forward_external=False
+    )
     return _answered(submission, response)

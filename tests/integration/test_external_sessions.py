@@ -130,6 +130,33 @@ async def test_an_external_session_is_opened_driven_and_closed_through_the_api(
         assert _of_type(await _events(client, session), "session.closed")
 
 
+async def test_the_edge_event_door_refuses_native_writes_to_an_external_session(
+    database_dsn: str, pool: asyncpg.Pool
+) -> None:
+    """Seed 001 §2: an external session's state lives at its backend, so `/events` (a native
+    write) is 409 external_session and records and sends nothing; `/input` still forwards."""
+    async with serve_api(database_dsn) as api, api.client() as client:
+        await TenantConfigs(pool).put("acme", _document())
+        session = (await _open(client))["id"]
+        before = await _events(client, session)
+
+        refused = await client.post(
+            f"/v1/sessions/{session}/events",
+            json={"kind": "user.message", "payload": {"text": "sneaked"}, "requestId": "e1"},
+        )
+        assert (refused.status_code, refused.json()["error"]["code"]) == (409, "external_session")
+        assert await _events(client, session) == before
+
+        forwarded = await client.post(
+            f"/v1/sessions/{session}/input", json={"text": "hi", "requestId": "e1"}
+        )
+        assert forwarded.status_code == 201, forwarded.text
+        (finished,) = await _finished(client, session, 1)
+        assert finished["payload"]["data"]["text"] == "echo: hi"
+        sent = _of_type(await _events(client, session), "message.sent")
+        assert [e["payload"]["text"] for e in sent] == ["hi"]
+
+
 async def test_the_tenants_quota_decides_what_may_open(
     database_dsn: str, pool: asyncpg.Pool
 ) -> None:
