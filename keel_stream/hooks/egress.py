@@ -6,7 +6,9 @@ checked (the URL's host goes in the Host header and, for https, in SNI and the c
 check), so a DNS answer that changes between the check and the connection (rebinding) is not
 followed. Refused by default: loopback, private (RFC 1918, 100.64/10), link-local (169.254/16,
 the cloud metadata address among them), unique-local, multicast, unspecified and reserved
-addresses, IPv4-mapped forms of those, and any scheme but http and https.
+addresses, IPv4-mapped and NAT64 (64:ff9b::/96) forms of those, any address that either the
+standard library or netaddr (which follows IANA's special-purpose registries, where Python
+before 3.11.10 missed 192.0.0.0/24) does not call global, and any scheme but http and https.
 `KEEL_HOOKS_ALLOWED_HOSTS` (comma-separated host names, addresses or CIDRs) lets named hosts or
 networks through.
 """
@@ -21,6 +23,8 @@ from dataclasses import dataclass
 from typing import Final
 from urllib.parse import SplitResult, urlsplit, urlunsplit
 
+import netaddr
+
 from keel_stream.hooks.errors import HookUrlRefused
 
 __all__ = ["EgressPolicy", "Resolver", "Target", "address_refusal", "system_resolver"]
@@ -32,12 +36,20 @@ Resolver = Callable[[str, int], Awaitable[list[str]]]
 
 _SCHEMES: Final = {"http": 80, "https": 443}
 _RESOLVE_TIMEOUT_S: Final = 5.0
+_NAT64: Final = ipaddress.IPv6Network("64:ff9b::/96")
+
+
+def _registry_global(address: IPAddress) -> bool:
+    """IANA's special-purpose registries (through netaddr) call it globally reachable."""
+    return bool(netaddr.IPAddress(int(address), address.version).is_global())
 
 
 def address_refusal(address: IPAddress) -> str | None:
     """Why hooks must not connect to this address by default; None when it is public."""
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         return address_refusal(address.ipv4_mapped)
+    if isinstance(address, ipaddress.IPv6Address) and address in _NAT64:
+        return address_refusal(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
     checks = (
         ("unspecified", address.is_unspecified),
         ("loopback", address.is_loopback),
@@ -45,7 +57,7 @@ def address_refusal(address: IPAddress) -> str | None:
         ("multicast", address.is_multicast),
         ("private", address.is_private),
         ("reserved", address.is_reserved),
-        ("not global", not address.is_global),
+        ("not global", not (address.is_global and _registry_global(address))),
     )
     for reason, applies in checks:
         if applies:
