@@ -95,6 +95,7 @@ __all__ = [
     "SessionNotFound",
     "StoreError",
     "StoreUnavailable",
+    "SubagentReserved",
     "TenantExists",
     "TenantNotFound",
     "TopicMissing",
@@ -259,6 +260,13 @@ class SessionExists(Conflict):
     """A session with this id already exists in this tenant."""
 
     code = "session_exists"
+
+
+class SubagentReserved(InvalidRequest):
+    """A client input may not carry what only the worker commits for subagents: a `subagent`
+    link, a `subagentResult`, or a requestId starting subagent: or subagent-task:."""
+
+    code = "subagent_reserved"
 
 
 class ExternalSession(Conflict):

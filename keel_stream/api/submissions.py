@@ -39,9 +39,16 @@ from keel_stream.api.models import (
     SubmissionView,
 )
 from keel_stream.decision_errors import DecisionReserved
-from keel_stream.errors import ExternalSession, InvalidPayload, InvalidRequest, PayloadRule
+from keel_stream.errors import (
+    ExternalSession,
+    InvalidPayload,
+    InvalidRequest,
+    PayloadRule,
+    SubagentReserved,
+)
 from keel_stream.kernel import CommitRequest, Delivery, Kind, require_edge_kind, validate_payload
 from keel_stream.kernel.decisions import ANSWER_KEY_PREFIX
+from keel_stream.kernel.subagents import REPORT_KEY_PREFIX, TASK_KEY_PREFIX
 
 __all__ = ["parse_json_body", "router", "submit"]
 
@@ -121,8 +128,24 @@ def _checked(kind: Kind, payload: Any) -> dict[str, Any]:
             "decisions are answered at POST /v1/sessions/{id}/decisions/{decisionId}, "
             "not as plain input (no `decision` field, no requestId starting decision:)"
         )
+    if kind == Kind.USER_MESSAGE and isinstance(payload, dict):
+        _refuse_subagent_fields(payload.keys(), payload.get("requestId"))
     validate_payload(kind, payload)
     return dict(payload)
+
+
+_SUBAGENT_FIELDS: Final = frozenset({"subagent", "subagentResult"})
+_SUBAGENT_KEYS: Final = (REPORT_KEY_PREFIX, TASK_KEY_PREFIX)
+
+
+def _refuse_subagent_fields(fields: Any, request_id: Any) -> None:
+    """A subagent's task and its result are the worker's own commits: a client that could write
+    them could link a session into another's tree or answer a call in a child's name."""
+    reserved = sorted(_SUBAGENT_FIELDS.intersection(fields))
+    if reserved:
+        raise SubagentReserved(f"{', '.join(reserved)} may only be written by the worker")
+    if isinstance(request_id, str) and request_id.startswith(_SUBAGENT_KEYS):
+        raise SubagentReserved("requestIds starting subagent: are the subagents' own")
 
 
 def _answers_a_decision(payload: Any) -> bool:
@@ -142,6 +165,7 @@ def _edge_event(body: Any) -> tuple[Kind, dict[str, Any], str | None]:
     payload = _checked(kind, envelope.payload)
     if envelope.request_id is not None and envelope.request_id.startswith(ANSWER_KEY_PREFIX):
         raise DecisionReserved("requestIds starting decision: are the decisions' own")
+    _refuse_subagent_fields((), envelope.request_id)
     return kind, payload, envelope.request_id
 
 
