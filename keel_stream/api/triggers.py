@@ -19,6 +19,7 @@ from keel_stream.store.triggers import FiringRow, NewTrigger, TriggerRow
 from keel_stream.triggers.errors import InvalidTrigger, NotWebhookTrigger, TriggerNotFound
 from keel_stream.triggers.firing import carry_out, first_nominal, plan_delivery
 from keel_stream.triggers.models import (
+    MAX_INGEST_BYTES,
     CreateTrigger,
     FiringPage,
     FiringView,
@@ -26,15 +27,15 @@ from keel_stream.triggers.models import (
     TriggerCreated,
     TriggerList,
     TriggerView,
+    check_template,
     schedule_of,
 )
 from keel_stream.triggers.signatures import verify
 
-__all__ = ["MAX_INGEST_BYTES", "router"]
+__all__ = ["router"]
 
 router = APIRouter(tags=["triggers"])
 
-MAX_INGEST_BYTES: Final = 256 * 1024
 _PAGE_MAX: Final = 200
 _CURSOR: Final = r"^[0-9]{1,18}$"
 TriggerId = Annotated[str, Path(pattern=r"^tr_[0-9a-f]{16}$", description="A trigger's id.")]
@@ -75,6 +76,7 @@ def _firing_view(row: FiringRow) -> FiringView:
 
 
 async def _check(services: Services, tenant: str, body: CreateTrigger) -> None:
+    check_template(body)
     if body.target.session is not None:
         await session_row(services, tenant, body.target.session)
     if body.schedule is not None:
@@ -210,15 +212,15 @@ async def ingest(services: Svc, trigger_id: TriggerId, request: Request) -> Inge
         raise NotWebhookTrigger(f"trigger {trigger_id!r} is a schedule")
     scheme = CreateTrigger.model_validate(trigger.spec).webhook
     headers = {name.lower(): value for name, value in request.headers.items()}
-    delivery_id = verify(
+    verified = verify(
         scheme.scheme if scheme else "standard", trigger.secret, headers, body, time.time()
     )
     text = body.decode("utf-8", errors="replace")
     async with triggers.schedule.plan(trigger_id, None) as tx:
-        firing, new = await plan_delivery(tx, delivery_id, text, "api")
+        firing, new = await plan_delivery(tx, verified, text, "api")
     if firing.outcome is None and firing.decision != "buffer":
         done = await carry_out(services.ledger, triggers.schedule, firing, first=new)
-        firing = done or await triggers.store.firing(trigger_id, delivery_id) or firing
+        firing = done or await triggers.store.firing(trigger_id, verified.key) or firing
     if firing is None:  # pragma: no cover - a firing is never deleted but with its trigger
         raise TriggerNotFound(f"trigger {trigger_id!r} not found")
     return IngestAnswer(

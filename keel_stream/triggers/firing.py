@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 
 from keel_stream.errors import KeelError, SessionExists
+from keel_stream.kernel.limits import check_event_size
 from keel_stream.kernel.types import CommitRequest
 from keel_stream.store.postgres import PostgresLedger
 from keel_stream.store.triggers import FiringRow, TriggerRow
@@ -27,7 +28,7 @@ from keel_stream.store.triggers_schedule import (
 from keel_stream.triggers import metrics
 from keel_stream.triggers.errors import TriggerNotFound, TriggerPaused
 from keel_stream.triggers.hook_rows import AFTER, BEFORE, hook_rows
-from keel_stream.triggers.models import CreateTrigger, schedule_of
+from keel_stream.triggers.models import MAX_MESSAGE_BYTES, CreateTrigger, schedule_of
 from keel_stream.triggers.policy import (
     BUSY_STATUSES,
     EXECUTES,
@@ -38,6 +39,7 @@ from keel_stream.triggers.policy import (
     render,
 )
 from keel_stream.triggers.schedule import fire_key, iso, jitter_of
+from keel_stream.triggers.signatures import Verified
 
 __all__ = ["Planned", "carry_out", "first_nominal", "plan_delivery", "plan_next"]
 
@@ -161,13 +163,15 @@ async def plan_next(tx: PlanTransaction, owner: str) -> Planned:
 
 
 async def plan_delivery(
-    tx: PlanTransaction, delivery_id: str, body: str, owner: str
+    tx: PlanTransaction, delivery: Verified, body: str, owner: str
 ) -> tuple[FiringRow, bool]:
     """Record an inbound webhook's firing; (the firing, True) when recorded now, (the earlier
-    one, False) for a delivery id seen before."""
+    one, False) for a delivery seen before (its signed key). PayloadTooLarge, recording
+    nothing, when the rendered message would not fit one event."""
     trigger = tx.trigger
     if trigger is None:
         raise TriggerNotFound("trigger not found")
+    delivery_id = delivery.key
     earlier = await tx.firing_by_key(trigger.id, delivery_id)
     if earlier is not None:
         return earlier, False
@@ -176,7 +180,9 @@ async def plan_delivery(
     spec = CreateTrigger.model_validate(trigger.spec)
     session = _target(trigger, spec, delivery_id)
     plan = await _decide(tx, trigger, spec, session)
-    values = {"trigger": trigger.id, "nominalTime": iso(tx.now), "deliveryId": delivery_id}
+    values = {"trigger": trigger.id, "nominalTime": iso(tx.now), "deliveryId": delivery.delivery_id}
+    message = render(spec.input.text, {**values, "body": body})
+    check_event_size({"text": message}, MAX_MESSAGE_BYTES)
     firing = await tx.insert_firing(
         NewFiring(
             trigger_id=trigger.id,
@@ -188,7 +194,7 @@ async def plan_delivery(
             reason=plan.reason,
             delivery=plan.delivery,
             session=session,
-            message=render(spec.input.text, {**values, "body": body}),
+            message=message,
             detail={"newSession": True} if spec.target.new_session else {},
             outcome=plan.outcome,
             planned_by=owner,

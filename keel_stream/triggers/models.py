@@ -7,10 +7,15 @@ from typing import Any, Final, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
+from keel_stream.kernel.limits import MAX_EVENT_BYTES
 from keel_stream.triggers.errors import InvalidTrigger
+from keel_stream.triggers.policy import expansion_bound
 from keel_stream.triggers.schedule import Schedule, parse_every
+from keel_stream.triggers.signatures import MAX_DELIVERY_ID
 
 __all__ = [
+    "MAX_INGEST_BYTES",
+    "MAX_MESSAGE_BYTES",
     "MAX_TEXT_CHARS",
     "CreateTrigger",
     "FiringPage",
@@ -24,10 +29,20 @@ __all__ = [
     "TriggerList",
     "TriggerView",
     "WebhookSpec",
+    "check_template",
     "schedule_of",
 ]
 
 MAX_TEXT_CHARS: Final = 16_384
+MAX_INGEST_BYTES: Final = 256 * 1024
+"""An inbound webhook's body, at most."""
+MAX_MESSAGE_BYTES: Final = MAX_EVENT_BYTES - 16 * 1024
+"""What a message's text may take serialized: the event limit, less room for its other fields.
+A template is checked at creation in characters (each at least one byte), a rendered message at
+delivery in bytes."""
+_WIDTHS: Final = {"trigger": 19, "nominalTime": 40}
+"""The longest value of each placeholder (`tr_` + 16 hex; an ISO instant with an offset)."""
+_WEBHOOK_WIDTHS: Final = {**_WIDTHS, "deliveryId": MAX_DELIVERY_ID, "body": MAX_INGEST_BYTES}
 _SESSION_ID: Final = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
 Overlap = Literal["skip", "buffer_one", "queue", "guide", "cancel_other"]
 
@@ -92,6 +107,18 @@ class CreateTrigger(_Wire):
         if self.kind == "webhook" and self.webhook is None:
             self.webhook = WebhookSpec()
         return self
+
+
+def check_template(spec: CreateTrigger) -> None:
+    """InvalidTrigger when the input template could expand past one event: each placeholder
+    counted at its longest value (a webhook's `{{body}}` at the largest body taken)."""
+    widths = _WEBHOOK_WIDTHS if spec.kind == "webhook" else _WIDTHS
+    bound = expansion_bound(spec.input.text, widths)
+    if bound > MAX_MESSAGE_BYTES:
+        raise InvalidTrigger(
+            f"input.text may expand to {bound} characters; a message holds at most "
+            f"{MAX_MESSAGE_BYTES} (a webhook's {{{{body}}}} counts {MAX_INGEST_BYTES})"
+        )
 
 
 def schedule_of(spec: ScheduleSpec) -> Schedule:

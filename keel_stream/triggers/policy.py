@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
@@ -13,6 +15,7 @@ __all__ = [
     "BUSY_STATUSES",
     "Plan",
     "decide",
+    "expansion_bound",
     "message_payload",
     "new_session_id",
     "render",
@@ -69,12 +72,29 @@ def new_session_id(trigger_id: str, key: str, scheduled: bool) -> str:
     return f"{trigger_id}-d-{digest}"
 
 
-def render(template: str, values: dict[str, str]) -> str:
-    """The template with each `{{name}}` of `values` replaced (nothing else is interpreted)."""
-    text = template
-    for name, value in values.items():
-        text = text.replace("{{" + name + "}}", value)
-    return text
+_PLACEHOLDER: Final = re.compile(r"\{\{([A-Za-z]+)\}\}")
+
+
+def render(template: str, values: Mapping[str, str]) -> str:
+    """The template with each `{{name}}` of `values` replaced, in one pass over the template:
+    a value is inserted as it is, never read as template syntax (a sender's delivery id or body
+    holding `{{body}}` stays that text). Other `{{…}}` are left as written."""
+
+    def value_of(match: re.Match[str]) -> str:
+        return values.get(match.group(1), match.group(0))
+
+    return _PLACEHOLDER.sub(value_of, template)
+
+
+def expansion_bound(template: str, widths: Mapping[str, int]) -> int:
+    """The most characters `render` can make of the template when each value named in `widths`
+    is at most that long: what a trigger's creation checks against the event limit."""
+    bound = len(template)
+    for match in _PLACEHOLDER.finditer(template):
+        width = widths.get(match.group(1))
+        if width is not None:
+            bound += width - len(match.group(0))
+    return bound
 
 
 def message_payload(

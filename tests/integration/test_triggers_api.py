@@ -201,3 +201,92 @@ async def test_a_github_webhook_into_new_sessions(api: Api) -> None:
         assert refused.status_code == 401
         view = (await client.get(f"/v1/sessions/{session}")).json()
         assert view["run"]["status"] == "pending"
+
+
+def github_headers(secret: str, delivery: str, body: bytes) -> dict[str, str]:
+    signature = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    return {"X-Hub-Signature-256": f"sha256={signature}", "X-GitHub-Delivery": delivery}
+
+
+async def user_texts(client: httpx.AsyncClient, session: str) -> list[str]:
+    events = (await client.get(f"/v1/sessions/{session}/events")).json()["events"]
+    return [e["payload"]["text"] for e in events if e["kind"] == "user.message"]
+
+
+async def test_a_replayed_github_delivery_with_a_new_delivery_id_commits_nothing(
+    api: Api,
+) -> None:
+    """GitHub signs the body, not X-GitHub-Delivery: the body's digest is the key."""
+    async with api.client() as client, httpx.AsyncClient(base_url=api.url) as anonymous:
+        await client.post("/v1/sessions", json={"id": "inbox"})
+        created = (await client.post("/v1/triggers", json=webhook("github"))).json()
+        payload = b'{"action":"opened","number":7}'
+        first = await anonymous.post(
+            created["ingestPath"], content=payload,
+            headers=github_headers(created["secret"], "gh-1", payload),
+        )  # fmt: skip
+        assert (first.status_code, first.json()["created"]) == (202, True), first.text
+        for replay in range(5):
+            again = await anonymous.post(
+                created["ingestPath"], content=payload,
+                headers=github_headers(created["secret"], f"forged-{replay}", payload),
+            )  # fmt: skip
+            assert again.json() == {**first.json(), "created": False}
+        other = b'{"action":"closed","number":7}'
+        second = await anonymous.post(
+            created["ingestPath"], content=other,
+            headers=github_headers(created["secret"], "gh-2", other),
+        )  # fmt: skip
+        assert second.json()["created"] is True
+        assert await user_texts(client, "inbox") == [
+            f"delivery gh-1: {payload.decode()}",
+            f"delivery gh-2: {other.decode()}",
+        ]
+
+
+async def test_a_template_that_could_outgrow_one_event_is_refused_at_creation(api: Api) -> None:
+    async with api.client() as client:
+        await client.post("/v1/sessions", json={"id": "inbox"})
+        for text in ("{{body}}" * 2048, "{{body}} and {{body}}", "{{deliveryId}} {{body}}" * 3):
+            spec = {**webhook(), "input": {"text": text}}
+            refused = await client.post("/v1/triggers", json=spec)
+            assert (refused.status_code, error_code(refused)) == (400, "invalid_trigger")
+        many_bodies_on_a_schedule = schedule(input={"text": "{{body}}" * 2048})
+        assert (
+            await client.post("/v1/triggers", json=many_bodies_on_a_schedule)
+        ).status_code == 201
+        ids = {**webhook(), "input": {"text": "{{deliveryId}}" * 1000 + "{{body}}"}}
+        assert (await client.post("/v1/triggers", json=ids)).status_code == 201
+        assert (await client.post("/v1/triggers", json=webhook())).status_code == 201
+
+
+async def test_sender_values_are_never_read_as_template_syntax(api: Api) -> None:
+    """A delivery id or body holding `{{body}}` is inserted as text, once."""
+    async with api.client() as client, httpx.AsyncClient(base_url=api.url) as anonymous:
+        await client.post("/v1/sessions", json={"id": "inbox"})
+        created = (await client.post("/v1/triggers", json=webhook())).json()
+        payload = b'{"note":"{{deliveryId}} {{trigger}}"}'
+        delivery = "{{body}}" * 25
+        answer = await anonymous.post(
+            created["ingestPath"], content=payload,
+            headers=standard_headers(created["secret"], delivery, payload),
+        )  # fmt: skip
+        assert answer.status_code == 202, answer.text
+        assert await user_texts(client, "inbox") == [f"delivery {delivery}: {payload.decode()}"]
+
+
+async def test_a_delivery_whose_message_would_not_fit_one_event_is_413_and_records_nothing(
+    api: Api,
+) -> None:
+    async with api.client() as client, httpx.AsyncClient(base_url=api.url) as anonymous:
+        await client.post("/v1/sessions", json={"id": "inbox"})
+        created = (await client.post("/v1/triggers", json=webhook())).json()
+        payload = b"\x01" * (200 * 1024)  # each escapes to \u0001: 1.2 MB serialized
+        refused = await anonymous.post(
+            created["ingestPath"], content=payload,
+            headers=standard_headers(created["secret"], "m1", payload),
+        )  # fmt: skip
+        assert (refused.status_code, error_code(refused)) == (413, "payload_too_large")
+        firings = (await client.get(f"/v1/triggers/{created['id']}/firings")).json()["firings"]
+        assert firings == []
+        assert await user_texts(client, "inbox") == []

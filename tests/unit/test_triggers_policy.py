@@ -9,6 +9,7 @@ import pytest
 from keel_stream.triggers.policy import (
     Plan,
     decide,
+    expansion_bound,
     message_payload,
     new_session_id,
     render,
@@ -55,3 +56,15 @@ def test_keys_sessions_and_the_message_are_derived_from_trigger_and_key() -> Non
         "delivery": "guide",
     }
     assert "delivery" not in message_payload("tr_ab", key, nominal, 7, "hi", "queue")
+
+
+def test_a_value_is_inserted_once_and_never_read_as_template_syntax() -> None:
+    values = {"deliveryId": "{{body}}" * 3, "body": "B{{deliveryId}}"}
+    assert render("{{deliveryId}}|{{body}}", values) == "{{body}}{{body}}{{body}}|B{{deliveryId}}"
+
+
+def test_the_expansion_bound_counts_each_placeholder_at_its_widest() -> None:
+    widths = {"body": 1000, "deliveryId": 10}
+    assert expansion_bound("x{{body}}y{{body}}{{deliveryId}}{{other}}", widths) == (
+        len("xy{{other}}") + 2000 + 10
+    )

@@ -13,7 +13,7 @@ from standardwebhooks.webhooks import Webhook
 
 from keel_stream.hooks.envelope import new_secret
 from keel_stream.triggers.errors import WebhookDeliveryIdMissing, WebhookSignatureInvalid
-from keel_stream.triggers.signatures import verify
+from keel_stream.triggers.signatures import Verified, verify
 
 BODY = b'{"action":"opened","number":7}'
 
@@ -33,7 +33,7 @@ def test_a_standard_webhooks_signature_verifies_and_names_the_delivery() -> None
     secret = new_secret()
     headers = standard_headers(secret, BODY)
     headers["webhook-signature"] = "v1,bm90LWl0 " + headers["webhook-signature"]  # rotation
-    assert verify("standard", secret, headers, BODY, time.time()) == "msg_1"
+    assert verify("standard", secret, headers, BODY, time.time()) == Verified("msg_1", "msg_1")
 
 
 @pytest.mark.parametrize("change", ["body", "secret", "old", "id"])
@@ -52,7 +52,8 @@ def test_github_signature_verifies_with_the_secret_text() -> None:
     secret = new_secret()
     signature = "sha256=" + hmac.new(secret.encode(), BODY, hashlib.sha256).hexdigest()
     headers = {"x-hub-signature-256": signature, "x-github-delivery": "d-1"}
-    assert verify("github", secret, headers, BODY, 0) == "d-1"
+    digest = hashlib.sha256(BODY).hexdigest()
+    assert verify("github", secret, headers, BODY, 0) == Verified(f"sha256:{digest}", "d-1")
     with pytest.raises(WebhookSignatureInvalid):
         verify("github", secret, {**headers, "x-hub-signature-256": "sha256=00"}, BODY, 0)
 
