@@ -44,6 +44,7 @@ from keel_stream.triggers.service import TriggerService
 __all__ = [
     "CONSOLE_COOKIE",
     "CONSOLE_HEADER",
+    "CONSOLE_HOST_COOKIE",
     "ERRORS",
     "ApiConfig",
     "Config",
@@ -51,6 +52,8 @@ __all__ = [
     "Svc",
     "Tenant",
     "config_of",
+    "console_cookie_name",
+    "console_token",
     "key_id_of",
     "services_of",
     "session_row",
@@ -127,35 +130,52 @@ _BEARER: Final = HTTPBearer(
 
 
 CONSOLE_COOKIE: Final = "keel_console"
-"""The console's sign-in: the API key in an HttpOnly, SameSite=Strict cookie (never a URL)."""
+"""The console's sign-in over plain HTTP (a development address): a sign-in token, HttpOnly,
+SameSite=Strict, never a URL, never the API key."""
+CONSOLE_HOST_COOKIE: Final = "__Host-keel_console"
+"""The same over HTTPS: the __Host- prefix makes the browser keep it Secure, for this host and
+path / only, so no sibling host can plant or read it."""
 CONSOLE_HEADER: Final = "X-Keel-Console"
 """Sent by the console's own scripts: a write authenticated by the cookie needs it (a form or
 a cross-site page cannot set it), so the cookie alone never authorises a write."""
 _SAFE_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
-def _key_of(request: Request, credentials: HTTPAuthorizationCredentials | None) -> str:
+def console_cookie_name(request: Request) -> str:
+    """The one sign-in cookie this request's scheme reads and writes."""
+    return CONSOLE_HOST_COOKIE if request.url.scheme == "https" else CONSOLE_COOKIE
+
+
+def console_token(request: Request) -> str:
+    return request.cookies.get(console_cookie_name(request), "").strip()
+
+
+def _credential(
+    request: Request, credentials: HTTPAuthorizationCredentials | None
+) -> tuple[str, bool]:
+    """(the secret, whether it is a console sign-in token rather than an API key)."""
     if credentials is not None:
-        return credentials.credentials.strip()
-    cookie = request.cookies.get(CONSOLE_COOKIE, "").strip()
-    if cookie and request.method not in _SAFE_METHODS and CONSOLE_HEADER not in request.headers:
+        return credentials.credentials.strip(), False
+    token = console_token(request)
+    if token and request.method not in _SAFE_METHODS and CONSOLE_HEADER not in request.headers:
         raise Unauthorized(f"a write signed in by the console's cookie needs {CONSOLE_HEADER}")
-    return cookie
+    return token, True
 
 
 async def tenant_of(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)] = None,
 ) -> str:
-    """The tenant of the request's API key (`Authorization: Bearer <key>`, or the console's
-    cookie); our own 401 body when it is missing or unknown (auto_error off: FastAPI's would
-    be a 403 of another shape)."""
-    key = _key_of(request, credentials)
-    if not key:
+    """The tenant of the request's API key (`Authorization: Bearer <key>`) or of the console's
+    sign-in cookie; our own 401 body when it is missing or unknown (auto_error off: FastAPI's
+    would be a 403 of another shape)."""
+    secret, console = _credential(request, credentials)
+    if not secret:
         raise Unauthorized("send Authorization: Bearer <api key>")
-    principal = await services_of(request).keys.principal_for(key)
+    keys = services_of(request).keys
+    principal = await (keys.console_principal(secret) if console else keys.principal_for(secret))
     if principal is None:
-        raise Unauthorized("unknown or revoked API key")
+        raise Unauthorized("unknown or revoked API key" if not console else "signed out")
     tenant, request.state.key_id = principal
     note_tenant(tenant)
     return tenant

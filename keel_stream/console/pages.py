@@ -3,6 +3,7 @@ services as /v1; the pages' scripts talk to /v1 with the sign-in cookie."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
@@ -18,8 +19,9 @@ from keel_stream.console.signin import (
     console_tenant,
     login_key,
     same_origin,
-    signed_in,
+    sign_in,
     signed_out,
+    throttle_of,
     to_login,
 )
 from keel_stream.errors import KeelError
@@ -67,16 +69,28 @@ async def login_form(
 async def login(request: Request) -> Response:
     if not same_origin(request):
         return _page(request, "login.html", 403, error="Sign in from the console's own page.")
+    address = request.client.host if request.client else "unknown"
+    throttle = throttle_of(request)
+    wait_s = throttle.retry_after_s(address, time.time())
+    if wait_s is not None:
+        page = _page(
+            request, "login.html", 429, error=f"Too many failed sign-ins: retry in {wait_s} s."
+        )
+        page.headers["Retry-After"] = str(wait_s)
+        return page
     key = await login_key(request)
-    tenant = await services_of(request).keys.tenant_for(key) if key else None
-    if tenant is None:
+    signed = await sign_in(request, key) if key else None
+    if signed is None:
+        throttle.failed(address)
         return _page(request, "login.html", 401, error="That API key is unknown or revoked.")
-    return signed_in(request, key)
+    return signed
 
 
 @router.post("/logout")
-async def logout() -> Response:
-    return signed_out()
+async def logout(request: Request) -> Response:
+    if not same_origin(request):
+        return _page(request, "login.html", 403, error="Sign out from the console's own page.")
+    return await signed_out(request)
 
 
 @router.get("/sessions")

@@ -1,9 +1,13 @@
-"""API keys: each maps to one tenant; only a SHA-256 hash of the key is stored."""
+"""API keys: each maps to one tenant; only a SHA-256 hash of the key is stored.
+
+A console sign-in is a credential of its own, opened with a key: a random token (only its hash
+stored) bound to that key, with an expiry, revoked at sign-out; a revoked key ends it."""
 
 from __future__ import annotations
 
 import hashlib
 import secrets
+from typing import Final
 
 import asyncpg
 
@@ -11,6 +15,8 @@ from keel_stream.errors import NotFound
 from keel_stream.kernel.commits import check_identifier
 from keel_stream.store.driver_errors import translated
 from keel_stream.store.sqlfiles import query
+
+_CONSOLE_TOKEN_PREFIX: Final = "kcs_"  # noqa: S105 - the tokens' prefix, not a secret
 
 __all__ = ["KeyStore", "hash_key"]
 
@@ -52,3 +58,25 @@ class KeyStore:
         async with translated("authenticate"):
             row = await self._pool.fetchrow(query("tenant_for_key"), hash_key(key))
         return None if row is None else (str(row["tenant_id"]), str(row["key_id"]))
+
+    async def open_console_session(self, key: str, lifetime_s: int) -> str | None:
+        """A new console sign-in token for an active key (shown only now), or None."""
+        token = _CONSOLE_TOKEN_PREFIX + secrets.token_urlsafe(32)
+        async with translated("open console session"):
+            key_id = await self._pool.fetchval(
+                query("console_session_open"), hash_key(key), hash_key(token), float(lifetime_s)
+            )
+        return None if key_id is None else token
+
+    async def console_principal(self, token: str) -> tuple[str, str] | None:
+        """(tenant, key id) of a live console sign-in, or None (unknown, expired, signed out,
+        or its key revoked). An API key is not a sign-in token."""
+        if not token.startswith(_CONSOLE_TOKEN_PREFIX):
+            return None
+        async with translated("authenticate console session"):
+            row = await self._pool.fetchrow(query("console_session_principal"), hash_key(token))
+        return None if row is None else (str(row["tenant_id"]), str(row["key_id"]))
+
+    async def close_console_session(self, token: str) -> None:
+        async with translated("close console session"):
+            await self._pool.execute(query("console_session_revoke"), hash_key(token))
