@@ -3,7 +3,8 @@
 A connection is *up* after a successful ``initialize``.  It is *lost* when the transport reports
 its end (a stdio provider's stdout closed: it crashed or exited) or when ``health`` fails
 ``health_failures`` times in a row (a hung process, a dead HTTP endpoint), so a loss is noticed
-within ``health_interval_s * health_failures`` plus one health timeout, never a hang.  A lost
+within ``health_interval_s * health_failures`` plus one health timeout, never a hang.  What is
+left of a lost provider is reclaimed first (stdio: its whole process group, audited); then the
 connection reconnects in the background with backoff; a provider that refuses activation (an
 incompatible version, the wrong kind) is a deterministic failure and is not retried until the
 next request asks for it again.  Every start and every loss is reported to the owner.
@@ -127,6 +128,8 @@ class Connection:
         async with self._lock:
             if self.client is not None and self.client.lost is None:
                 return self.client
+            if self.client is not None:  # lost: nothing of it may outlive the next start
+                await _quietly_close(self.client)
             return await self._start(reconnect=self.client is not None)
 
     async def _start(self, *, reconnect: bool) -> GatewayClient:
@@ -182,7 +185,7 @@ class Connection:
             return
         self.lost_reason = reason
         self._log.warning("provider lost", reason=reason)
-        self._spawn(self._recover(reason))
+        self._spawn(self._recover(reason, client))
 
     async def _watch(self, client: GatewayClient) -> None:
         """Health checks while the client is current; repeated failures count as a loss."""
@@ -196,14 +199,16 @@ class Connection:
             except (GatewayError, TimeoutError) as exc:
                 failures += 1
                 if failures >= sup.health_failures and client.lost is None:
-                    reason = f"health failed {failures} times: {exc}"
-                    self._spawn(_quietly_close(client))
-                    client.on_closed(reason)
+                    client.on_closed(f"health failed {failures} times: {exc}")
                     return
 
-    async def _recover(self, reason: str) -> None:
+    async def _recover(self, reason: str, lost: GatewayClient | None = None) -> None:
+        """Mark the loss, reclaim what is left of the lost provider (stdio: its whole
+        process group, audited), and only then reconnect."""
         if self.hooks.on_lost is not None:
             await self.hooks.on_lost(reason)
+        if lost is not None:
+            await _quietly_close(lost)
         if self._reconnecting:
             return
         self._reconnecting = True
