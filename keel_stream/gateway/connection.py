@@ -232,11 +232,14 @@ class Connection:
                 self._log.warning("reconnect failed", error=str(exc))
 
     async def close(self, grace_s: float = 1.0) -> None:
-        """Ask the provider to shut down, then reclaim it (stdio: the whole process group)."""
+        """Release what this runtime holds of the provider.  A provider it started (stdio) is
+        asked to shut down, then reclaimed with its whole process group; one it only reaches
+        (http), which other runtimes may share, is never asked to shut down: only this
+        runtime's connection and subscriptions end."""
         self._closing = True
         client, self.client = self.client, None
         if client is not None:
-            if client.lost is None:
+            if client.lost is None and client.transport.owns_provider:
                 with contextlib.suppress(GatewayError, TimeoutError):
                     await client.shutdown(timeout_s=grace_s)
             await _quietly_close(client)

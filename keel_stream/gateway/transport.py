@@ -50,6 +50,10 @@ class MessageSink(Protocol):
 class Transport(ABC):
     """Carries JSON-RPC messages to one provider and reports what comes back to a sink."""
 
+    owns_provider: bool = False
+    """Whether closing this transport ends the provider (a process this runtime started),
+    rather than only this runtime's connection to a provider others may share."""
+
     @abstractmethod
     async def start(self, sink: MessageSink) -> None: ...
 
@@ -62,6 +66,8 @@ class Transport(ABC):
 
 class StdioTransport(Transport):
     """A provider spawned as a process; newline-delimited JSON on its stdin and stdout."""
+
+    owns_provider = True
 
     def __init__(
         self,
