@@ -44,7 +44,6 @@ class Supervision:
     health_failures: int = 2
     reconnect_initial_s: float = 0.5
     reconnect_max_s: float = 15.0
-    handshake_timeout_s: float = 10.0
 
 
 @dataclass
@@ -143,7 +142,7 @@ class Connection:
         client.on_event(self.hooks.on_event)
         try:
             await client.start()
-            await client.initialize(timeout_s=self.supervision.handshake_timeout_s)
+            await client.initialize()  # the provider's timeoutMs, as every request
         except GatewayError as exc:
             await _quietly_close(client)
             self.lost_reason = exc.message

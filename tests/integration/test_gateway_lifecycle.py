@@ -1,5 +1,6 @@
 """A provider's life in a running runtime: a lost stdio provider's process group is reclaimed at
-once (audited, before any reconnect).  Real reference sidecars, no runtime restart."""
+once (audited, before any reconnect), and every request, the handshake included, has the
+provider's declared timeoutMs.  Real reference sidecars, no runtime restart."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from keel_stream.gateway.audit import AuditLog
 from keel_stream.gateway.client import GatewayClient
 from keel_stream.gateway.config import BackendSpec
 from keel_stream.gateway.connection import Connection, ConnectionHooks, Supervision
+from keel_stream.gateway.errors import BackendTimeout
 from keel_stream.gateway.pidfiles import PidRegistry, group_members
 from keel_stream.gateway.protocol import ProviderKind
 from keel_stream.gateway.transport import StdioTransport
@@ -152,3 +154,20 @@ async def test_a_lost_stdio_provider_group_is_reclaimed_without_anyone_closing_i
     finally:
         await client.aclose()
     assert len(audit.records("provider.reclaimed")) == 1, "one reclaim, however often closed"
+
+
+async def test_the_handshake_has_the_providers_declared_timeout() -> None:
+    hooks = ConnectionHooks(environ=ENV)
+    spec = _spec("--hang-handshake", timeoutMs=1000)
+    connection = Connection("external.backends.ref", spec, ProviderKind.AGENT, hooks)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    try:
+        with pytest.raises(BackendTimeout) as caught:
+            async with asyncio.timeout(DEADLINE_S):
+                await connection.ensure()
+        took = loop.time() - started
+        assert "initialize got no answer within 1.0s" in caught.value.message
+        assert 1.0 <= took < 3.0, f"the handshake gave up after {took:.1f}s, not timeoutMs"
+    finally:
+        await connection.close()
