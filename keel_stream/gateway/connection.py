@@ -3,7 +3,8 @@
 A connection is *up* after a successful ``initialize``.  It is *lost* when the transport reports
 its end (a stdio provider's stdout closed: it crashed or exited) or when ``health`` fails
 ``health_failures`` times in a row (a hung process, a dead HTTP endpoint), so a loss is noticed
-within ``health_interval_s * health_failures`` plus one health timeout, never a hang.  A lost
+within ``health_interval_s * health_failures`` plus one health timeout, never a hang.  What is
+left of a lost provider is reclaimed first (stdio: its whole process group, audited); then the
 connection reconnects in the background with backoff; a provider that refuses activation (an
 incompatible version, the wrong kind) is a deterministic failure and is not retried until the
 next request asks for it again.  Every start and every loss is reported to the owner.
@@ -43,7 +44,6 @@ class Supervision:
     health_failures: int = 2
     reconnect_initial_s: float = 0.5
     reconnect_max_s: float = 15.0
-    handshake_timeout_s: float = 10.0
 
 
 @dataclass
@@ -127,6 +127,8 @@ class Connection:
         async with self._lock:
             if self.client is not None and self.client.lost is None:
                 return self.client
+            if self.client is not None:  # lost: nothing of it may outlive the next start
+                await _quietly_close(self.client)
             return await self._start(reconnect=self.client is not None)
 
     async def _start(self, *, reconnect: bool) -> GatewayClient:
@@ -140,7 +142,7 @@ class Connection:
         client.on_event(self.hooks.on_event)
         try:
             await client.start()
-            await client.initialize(timeout_s=self.supervision.handshake_timeout_s)
+            await client.initialize()  # the provider's timeoutMs, as every request
         except GatewayError as exc:
             await _quietly_close(client)
             self.lost_reason = exc.message
@@ -182,7 +184,7 @@ class Connection:
             return
         self.lost_reason = reason
         self._log.warning("provider lost", reason=reason)
-        self._spawn(self._recover(reason))
+        self._spawn(self._recover(reason, client))
 
     async def _watch(self, client: GatewayClient) -> None:
         """Health checks while the client is current; repeated failures count as a loss."""
@@ -196,14 +198,16 @@ class Connection:
             except (GatewayError, TimeoutError) as exc:
                 failures += 1
                 if failures >= sup.health_failures and client.lost is None:
-                    reason = f"health failed {failures} times: {exc}"
-                    self._spawn(_quietly_close(client))
-                    client.on_closed(reason)
+                    client.on_closed(f"health failed {failures} times: {exc}")
                     return
 
-    async def _recover(self, reason: str) -> None:
+    async def _recover(self, reason: str, lost: GatewayClient | None = None) -> None:
+        """Mark the loss, reclaim what is left of the lost provider (stdio: its whole
+        process group, audited), and only then reconnect."""
         if self.hooks.on_lost is not None:
             await self.hooks.on_lost(reason)
+        if lost is not None:
+            await _quietly_close(lost)
         if self._reconnecting:
             return
         self._reconnecting = True
@@ -227,11 +231,14 @@ class Connection:
                 self._log.warning("reconnect failed", error=str(exc))
 
     async def close(self, grace_s: float = 1.0) -> None:
-        """Ask the provider to shut down, then reclaim it (stdio: the whole process group)."""
+        """Release what this runtime holds of the provider.  A provider it started (stdio) is
+        asked to shut down, then reclaimed with its whole process group; one it only reaches
+        (http), which other runtimes may share, is never asked to shut down: only this
+        runtime's connection and subscriptions end."""
         self._closing = True
         client, self.client = self.client, None
         if client is not None:
-            if client.lost is None:
+            if client.lost is None and client.transport.owns_provider:
                 with contextlib.suppress(GatewayError, TimeoutError):
                     await client.shutdown(timeout_s=grace_s)
             await _quietly_close(client)

@@ -155,8 +155,10 @@ class ProviderProcess:
         return True
 
     async def _wait_group_gone(self, timeout_s: float) -> bool:
+        """Whether no live process is left in the group within ``timeout_s`` (a zombie whose
+        parent has not reaped it yet is dead: it holds nothing)."""
         deadline = asyncio.get_running_loop().time() + timeout_s
-        while group_alive(self.pgid):
+        while group_members(self.pgid):
             if asyncio.get_running_loop().time() > deadline:
                 return False
             await asyncio.sleep(_POLL_S)
@@ -174,8 +176,11 @@ class ProviderProcess:
         with contextlib.suppress(ConnectionError, BrokenPipeError):
             await stdin.wait_closed()
 
-    async def terminate(self, grace_s: float = 2.0, term_s: float = 2.0) -> None:
-        """Close stdin, wait ``grace_s``, SIGTERM the group, wait ``term_s``, SIGKILL the group.
+    async def terminate(
+        self, grace_s: float = 2.0, term_s: float = 2.0, reason: str = "closed by the runtime"
+    ) -> None:
+        """Close stdin, wait ``grace_s``, SIGTERM the group, wait ``term_s``, SIGKILL the group;
+        audited with ``reason`` (why the provider is reclaimed).
 
         SIGTERM goes to the group even when the leader left on its own: grandchildren may stay.
         """
@@ -189,9 +194,9 @@ class ProviderProcess:
                 self._signal_group(signal.SIGKILL)
         await self.proc.wait()
         await self._wait_group_gone(term_s)
-        self._reclaimed(how)
+        self._reclaimed(how, reason)
 
-    def _reclaimed(self, how: Reclaim) -> None:
+    def _reclaimed(self, how: Reclaim, reason: str) -> None:
         if self.reclaimed is not None:
             return
         self.reclaimed = how
@@ -207,4 +212,5 @@ class ProviderProcess:
                 how=how,
                 leftover=leftover,
                 returncode=self.proc.returncode,
+                reason=reason,
             )

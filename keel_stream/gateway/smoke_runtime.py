@@ -101,13 +101,13 @@ class Runtime:
         return done.stdout.decode()
 
     def start(self) -> None:
-        log = (self.data_dir / "runtime.log").open("ab")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "keel_stream", "api"],
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+        with (self.data_dir / "runtime.log").open("ab") as log:  # the child keeps its copy
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "keel_stream", "api"],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         until(self._ready, "the runtime answers /readyz")
 
     def _ready(self) -> bool:

@@ -8,7 +8,9 @@ grandchildren, no explicit-only environment) and its HTTP client adds MCP sessio
 each would have to be worked around, and the package pulls in a dozen dependencies.
 
 stdio framing: one JSON message per line on stdin/stdout (UTF-8, ``\\n``-terminated); stderr is
-captured line by line into ``stderr_lines`` and the ``keel_stream.gateway`` log.
+captured line by line into ``stderr_lines`` and the ``keel_stream.gateway`` log.  When the
+provider's stdout closes (it crashed or exited), the reclaim of its process group starts at once,
+whether or not anyone closes the transport; ``close`` awaits that same reclaim.
 """
 
 from __future__ import annotations
@@ -48,6 +50,10 @@ class MessageSink(Protocol):
 class Transport(ABC):
     """Carries JSON-RPC messages to one provider and reports what comes back to a sink."""
 
+    owns_provider: bool = False
+    """Whether closing this transport ends the provider (a process this runtime started),
+    rather than only this runtime's connection to a provider others may share."""
+
     @abstractmethod
     async def start(self, sink: MessageSink) -> None: ...
 
@@ -60,6 +66,8 @@ class Transport(ABC):
 
 class StdioTransport(Transport):
     """A provider spawned as a process; newline-delimited JSON on its stdin and stdout."""
+
+    owns_provider = True
 
     def __init__(
         self,
@@ -87,6 +95,7 @@ class StdioTransport(Transport):
         self.stderr_lines: deque[str] = deque(maxlen=stderr_keep)
         self.process: ProviderProcess | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._reclaim: asyncio.Task[None] | None = None
         self._write_lock = asyncio.Lock()
         self._spawn_options: dict[str, Any] = {
             "name": name,
@@ -129,7 +138,11 @@ class StdioTransport(Transport):
                 sink.on_message(message)
         except (ValueError, ConnectionError) as exc:  # an over-long line, a broken pipe
             log.warning("stdio provider stdout failed: %s", exc)
-        sink.on_closed("the provider closed its stdout")
+        reason = "the provider closed its stdout"
+        # Lost: its group (grandchildren included) is reclaimed now, not when someone closes
+        # this transport; a close awaits this same reclaim, so a reconnect comes after it.
+        self._reclaiming(reason)
+        sink.on_closed(reason)
 
     async def _read_stderr(self) -> None:
         assert self.process is not None
@@ -151,10 +164,19 @@ class StdioTransport(Transport):
             stdin.write(encode_line(message))
             await stdin.drain()
 
+    def _reclaiming(self, reason: str) -> asyncio.Task[None]:
+        """The one reclaim of the process group, started on the first call."""
+        assert self.process is not None
+        if self._reclaim is None:
+            terminate = self.process.terminate(self.grace_s, self.term_s, reason)
+            self._reclaim = asyncio.ensure_future(terminate)
+        return self._reclaim
+
     async def close(self) -> None:
-        """Close stdin, grace, SIGTERM the group, SIGKILL the group; then drain the readers."""
+        """Close stdin, grace, SIGTERM the group, SIGKILL the group (or await that reclaim,
+        begun when the provider was lost); then drain the readers."""
         if self.process is None:
             return
-        await self.process.terminate(self.grace_s, self.term_s)
+        await asyncio.shield(self._reclaiming("closed by the runtime"))
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
