@@ -6,6 +6,10 @@
 - readModels (with a broker configured): the projections worker's consumer group has been live
   (keel_stream.dev.readiness) on this broker incarnation (its cluster id). Until then a commit
   is in the ledger but no read model applies it, and a read with min_seq waits for nothing.
+- hooksSender, triggerScheduler: whether a `keel-stream hooks run` / `keel-stream triggers run`
+  beats now (keel_stream.api.presence). Reported, never gating: readiness says whether this
+  process should take traffic, and it serves every route without them (hook deliveries and
+  trigger firings wait in the database for one to run).
 
 The API is ready when the database is and the read models have been live on the broker as it is
 now. Once open, the read models' gate stays open while the group is rebalancing, the projector
@@ -15,11 +19,6 @@ embedded broker, a re-created cluster) closes it again, until the projector is l
 
 The broker's answers are cached for CACHE_S, and one question is in flight at a time, so
 /readyz stays cheap however often it is polled.
-
-- hooksSender, triggerScheduler: whether a `keel-stream hooks run` / `keel-stream triggers run`
-  beats now (keel_stream.api.presence). Reported, never gating: readiness says whether this
-  process should take traffic, and it serves every route without them (hook deliveries and
-  trigger firings wait in the database for one to run).
 """
 
 from __future__ import annotations
