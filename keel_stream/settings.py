@@ -107,6 +107,9 @@ class KeelSettings(BaseSettings):
     triggers_min_interval_s: int = Field(default=60, ge=1)
     """The shortest `every` a schedule may have (the API refuses shorter ones)."""
     triggers_max_per_tenant: int = Field(default=100, ge=1, le=100_000)
+    service_heartbeat_interval_s: float = Field(default=5.0, gt=0, allow_inf_nan=False)
+    """How often a hooks sender and a trigger scheduler beat their row; the API counts one as
+    running while its last beat is within 3 of these (docs/operations.md#readiness)."""
     plugins_enabled: str | None = None
     """Distributions (comma-separated) whose plugins load; unset: every installed one
     (docs/plugins.md)."""

@@ -32,6 +32,7 @@ from keel_stream.api.deps import ApiConfig, Services
 from keel_stream.api.errors import install_error_handlers
 from keel_stream.api.hub import LiveHub
 from keel_stream.api.limits import BodyLimit
+from keel_stream.api.presence import Presence
 from keel_stream.console import pages as console
 from keel_stream.gateway.agents import ExternalAgents
 from keel_stream.gateway.config import load_boot_config
@@ -47,6 +48,7 @@ from keel_stream.store.keys import KeyStore
 from keel_stream.store.ops import OpsReader
 from keel_stream.store.projection_state import PostgresProjectionStore
 from keel_stream.store.runs import PostgresRuns
+from keel_stream.store.service_heartbeats import PostgresServiceHeartbeats
 from keel_stream.store.sessions import PostgresSessions
 from keel_stream.store.subagents import PostgresSubagents
 from keel_stream.store.tenant_configs import TenantConfigs
@@ -87,6 +89,7 @@ def create_app(config: ApiConfig) -> FastAPI:
                 HookStore(pool), EgressPolicy.parse(KeelSettings().hooks_allowed_hosts)
             ),
             triggers=TriggerService.create(pool, KeelSettings()),
+            presence=Presence(PostgresServiceHeartbeats(pool)),
         )
         try:
             yield

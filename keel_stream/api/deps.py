@@ -23,6 +23,7 @@ from keel_stream.api.models import (
     SessionView,
     SubagentOfView,
 )
+from keel_stream.api.presence import Presence
 from keel_stream.clock import utc_now
 from keel_stream.errors import SessionNotFound
 from keel_stream.gateway.agents import ExternalAgents
@@ -106,6 +107,8 @@ class Services:
     deadlines: PostgresDeadlines
     subagents: PostgresSubagents
     triggers: TriggerService
+    presence: Presence
+    """Which background services run now (hooks senders, trigger schedulers)."""
 
 
 def services_of(request: Request) -> Services:

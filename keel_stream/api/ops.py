@@ -19,6 +19,7 @@ from keel_stream.dev.readiness import projector_group
 from keel_stream.hooks import HOOK_NAMES
 from keel_stream.metrics import Component, exported
 from keel_stream.store import MAX_READ_LIMIT
+from keel_stream.store.service_heartbeats import ServiceKind
 
 __all__ = ["router"]
 
@@ -45,9 +46,10 @@ def _readiness(request: Request, config: ApiConfig) -> Readiness:
 async def readyz(request: Request, services: Svc, config: Config) -> JSONResponse:
     """Readiness: 503 unless the database answers and is migrated and, with a broker, the read
     models have been live on it (the projections worker's group). The body reports each
-    dependency now: `dependencies.database`, `.kafka` (the broker answers), `.readModels`."""
+    dependency now: `dependencies.database`, `.kafka` (the broker answers), `.readModels`, and
+    `.hooksSender` / `.triggerScheduler` (`running` or `missing`; never a reason for 503)."""
     report = await _readiness(request, config).report(
-        services.sessions, services.hub.kafka_connected
+        services.sessions, services.hub.kafka_connected, await services.presence.running()
     )
     if report.ready:
         return JSONResponse(report.body)
@@ -64,13 +66,15 @@ async def metrics(services: Svc) -> Response:
 
 @router.get("/v1/capabilities", response_model=Capabilities, tags=["v1"])
 async def capabilities(services: Svc, config: Config) -> Capabilities:
-    """What this build supports; clients downgrade on false flags. `partials` is true only
-    while a broker is configured and the live source reads keel.partials.v1."""
+    """What this deployment can do now; clients downgrade on false flags. `partials` is true
+    only while a broker is configured and the live source reads keel.partials.v1; `hooks` and
+    `triggers` only while a hooks sender / trigger scheduler beats (keel_stream.api.presence)."""
+    running = await services.presence.running()
     return Capabilities(
         service_version=f"keel-stream/{__version__}",
         features={
             "decisions": True,
-            "hooks": True,
+            "hooks": running.count(ServiceKind.HOOKS_SENDER) > 0,
             "partials": bool(config.bootstrap) and services.hub.partials_live,
             "plugins": True,
             "sessions.cancel": True,
@@ -78,7 +82,7 @@ async def capabilities(services: Svc, config: Config) -> Capabilities:
             "settings.models": True,
             "settings.secrets": False,
             "subagents": True,
-            "triggers": True,
+            "triggers": running.count(ServiceKind.TRIGGER_SCHEDULER) > 0,
         },
         limits={
             "sessionsPageDefault": SESSIONS_PAGE_DEFAULT,

@@ -6,6 +6,10 @@
 - readModels (with a broker configured): the projections worker's consumer group has been live
   (keel_stream.dev.readiness) on this broker incarnation (its cluster id). Until then a commit
   is in the ledger but no read model applies it, and a read with min_seq waits for nothing.
+- hooksSender, triggerScheduler: whether a `keel-stream hooks run` / `keel-stream triggers run`
+  beats now (keel_stream.api.presence). Reported, never gating: readiness says whether this
+  process should take traffic, and it serves every route without them (hook deliveries and
+  trigger firings wait in the database for one to run).
 
 The API is ready when the database is and the read models have been live on the broker as it is
 now. Once open, the read models' gate stays open while the group is rebalancing, the projector
@@ -22,11 +26,15 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from keel_stream.errors import BrokerError, ProjectionBehind, StoreError, StoreUnavailable
 from keel_stream.kafka.incarnation import cluster_id, group_live
+from keel_stream.store.service_heartbeats import MISSED_BEATS, ServiceKind
 from keel_stream.store.sessions import PostgresSessions
+
+if TYPE_CHECKING:
+    from keel_stream.api.presence import Running
 
 __all__ = ["CACHE_S", "TIMEOUT_S", "BrokerCheck", "BrokerProbe", "Readiness", "Report"]
 
@@ -99,7 +107,9 @@ class Readiness:
         self._live_on: str | None = None
         """The cluster id the group was seen live on (the gate is open while it is current)."""
 
-    async def report(self, sessions: PostgresSessions, live_source: bool) -> Report:
+    async def report(
+        self, sessions: PostgresSessions, live_source: bool, running: Running
+    ) -> Report:
         database, schema = await _database(sessions)
         kafka, models = await self._broker(live_source)
         failure: StoreError | None = None
@@ -111,7 +121,15 @@ class Readiness:
             "status": "ready" if failure is None else "not_ready",
             "schemaVersion": schema,
             "kafka": kafka["ok"],
-            "dependencies": {"database": database, "kafka": kafka, "readModels": models},
+            "dependencies": {
+                "database": database,
+                "kafka": kafka,
+                "readModels": models,
+                "hooksSender": _service(running, ServiceKind.HOOKS_SENDER, "hooks run"),
+                "triggerScheduler": _service(
+                    running, ServiceKind.TRIGGER_SCHEDULER, "triggers run"
+                ),
+            },
         }
         if failure is not None:
             body["error"] = {
@@ -157,6 +175,22 @@ def _models_error(check: BrokerCheck, group: str) -> str:
         f"the read models are not live yet: the projections worker's group {group} has no "
         "live member on this broker (is `keel-stream projections run` running?)"
     )
+
+
+def _service(running: Running, kind: ServiceKind, command: str) -> dict[str, Any]:
+    """A background service's state; `missing` never makes the API not ready."""
+    instances = running.count(kind)
+    body: dict[str, Any] = {
+        "ok": instances > 0,
+        "status": "running" if instances else "missing",
+        "instances": instances,
+    }
+    if not instances:
+        body["error"] = running.error or (
+            f"no `keel-stream {command}` has beaten within {MISSED_BEATS} of its heartbeat "
+            "intervals"
+        )
+    return body
 
 
 async def _database(sessions: PostgresSessions) -> tuple[dict[str, Any], int | None]:

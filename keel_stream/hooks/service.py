@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+from keel_stream.heartbeats import beating
 from keel_stream.hooks.dispatcher import Dispatcher
 from keel_stream.hooks.egress import EgressPolicy, Resolver, system_resolver
 from keel_stream.hooks.retry import RetryPolicy
@@ -15,6 +16,7 @@ from keel_stream.store import create_pool
 from keel_stream.store.hooks import HookStore
 from keel_stream.store.hooks_dispatch import HookDispatchStore
 from keel_stream.store.hooks_queue import HookQueue
+from keel_stream.store.service_heartbeats import PostgresServiceHeartbeats, ServiceKind
 from keel_stream.topics.catalog import EVENTS
 
 __all__ = ["HookService", "HooksConfig", "group_name", "run_hooks"]
@@ -44,6 +46,9 @@ class HooksConfig:
     senders: int = 1
     """Sender loops in this process (each claims up to sender.concurrency rows)."""
     batch_size: int = 500
+    heartbeat_s: float = 5.0
+    """How often the process beats its row (the API's `hooks` capability;
+    keel_stream.heartbeats)."""
 
     @classmethod
     def from_settings(
@@ -64,6 +69,7 @@ class HooksConfig:
                     max_attempts=settings.hooks_max_attempts,
                 ),
             ),
+            heartbeat_s=settings.service_heartbeat_interval_s,
         )
 
 
@@ -87,7 +93,11 @@ async def run_hooks(config: HooksConfig, stop: asyncio.Event) -> None:
                 wake=wake,
             )
             jobs.append(dispatcher.run(stop))
-        async with asyncio.TaskGroup() as group:  # one failing stops the others
+        heartbeats = PostgresServiceHeartbeats(pool)
+        async with (
+            beating(heartbeats, ServiceKind.HOOKS_SENDER, config.heartbeat_s),
+            asyncio.TaskGroup() as group,  # one failing stops the others
+        ):
             for job in jobs:
                 group.create_task(job)
     finally:

@@ -18,9 +18,11 @@ from dataclasses import dataclass
 from typing import Final
 
 from keel_stream.errors import KeelError
+from keel_stream.heartbeats import beating
 from keel_stream.logs import get_logger
 from keel_stream.settings import KeelSettings
 from keel_stream.store import PostgresLedger, create_pool
+from keel_stream.store.service_heartbeats import PostgresServiceHeartbeats, ServiceKind
 from keel_stream.store.triggers_schedule import TriggerScheduleStore
 from keel_stream.triggers import metrics
 from keel_stream.triggers.firing import carry_out, plan_next
@@ -42,6 +44,9 @@ class SchedulerConfig:
     """Nominal times one claim plans at most (a catch-up records one row for all it missed)."""
     owner: str = ""
     """This replica's name in the firings it plans (`host:pid` unless given)."""
+    heartbeat_s: float = 5.0
+    """How often the replica beats its row (the API's `triggers` capability;
+    keel_stream.heartbeats)."""
 
     @classmethod
     def from_settings(cls, settings: KeelSettings, database_url: str) -> SchedulerConfig:
@@ -49,6 +54,7 @@ class SchedulerConfig:
             database_url=database_url,
             poll_s=settings.triggers_poll_interval_s,
             lease_s=settings.triggers_lease_ttl_s,
+            heartbeat_s=settings.service_heartbeat_interval_s,
         )
 
 
@@ -94,23 +100,30 @@ class Scheduler:
 
 
 async def run_scheduler(config: SchedulerConfig, stop: asyncio.Event) -> None:
-    """Tick until stop is set; a tick that claimed nothing waits poll_s (or the stop)."""
+    """Tick until stop is set, beating the replica's row meanwhile."""
     pool = await create_pool(config.database_url, min_size=1, max_size=8)
     try:
         scheduler = Scheduler(TriggerScheduleStore(pool), PostgresLedger(pool), config)
         _log.info("trigger scheduler started", owner=scheduler.owner)
-        while not stop.is_set():
-            try:
-                busy = await scheduler.tick()
-            except KeelError as exc:
-                if not exc.retriable:
-                    raise
-                _log.warning("trigger scheduler tick failed, retrying", error=str(exc))
-                busy, wait = 0, _RETRY_S
-            else:
-                wait = config.poll_s
-            if busy < config.batch:  # a full batch: more may be due at once
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), wait)
+        heartbeats = PostgresServiceHeartbeats(pool)
+        async with beating(heartbeats, ServiceKind.TRIGGER_SCHEDULER, config.heartbeat_s):
+            await _tick_until(scheduler, config, stop)
     finally:
         await pool.close()
+
+
+async def _tick_until(scheduler: Scheduler, config: SchedulerConfig, stop: asyncio.Event) -> None:
+    """Tick until stop is set; a tick that claimed nothing waits poll_s (or the stop)."""
+    while not stop.is_set():
+        try:
+            busy = await scheduler.tick()
+        except KeelError as exc:
+            if not exc.retriable:
+                raise
+            _log.warning("trigger scheduler tick failed, retrying", error=str(exc))
+            busy, wait = 0, _RETRY_S
+        else:
+            wait = config.poll_s
+        if busy < config.batch:  # a full batch: more may be due at once
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), wait)

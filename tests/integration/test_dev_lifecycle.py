@@ -65,6 +65,25 @@ def test_commands_use_the_running_devs_addresses(devs: Devs) -> None:
     assert "transcript" in status.stdout
 
 
+def test_dev_reports_hooks_and_triggers_once_its_hooks_and_triggers_children_run(
+    devs: Devs,
+) -> None:
+    run = devs.running()
+    with run.client() as client:
+
+        def both_running() -> bool:
+            features = client.get("/v1/capabilities").json()["features"]
+            return bool(features["hooks"] and features["triggers"])
+
+        wait_for(both_running, 60, "hooks and triggers once dev's children beat")
+        ready = client.get("/readyz")
+    deps = ready.json()["dependencies"]
+    assert (deps["hooksSender"]["status"], deps["triggerScheduler"]["status"]) == (
+        "running",
+        "running",
+    )
+
+
 async def stored_offsets(dsn: str) -> int:
     """The sum of the live transcript's next offsets on the events topic."""
     conn = await asyncpg.connect(dsn)

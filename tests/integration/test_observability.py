@@ -6,11 +6,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import re
 import signal
-import sys
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, cast
 
@@ -18,40 +16,19 @@ import asyncpg
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from keel_stream.api.presence import Running
 from keel_stream.api.readiness import BrokerCheck, BrokerProbe, Readiness
 from keel_stream.errors import StoreError, StoreUnavailable
 from keel_stream.kafka.broker import free_port
 from keel_stream.store import PostgresLedger
 from keel_stream.store.keys import KeyStore
 from tests.support.api import serve_api
+from tests.support.cli import keel_process
 from tests.support.kafka import KafkaServer
 from tests.support.relays import RelayProcess, relay_processes
 from tests.support.wait import wait_until
 
 OTHERS = ("keel_relay_", "keel_worker_", "keel_projector_", "keel_api_")
-
-
-@contextlib.asynccontextmanager
-async def keel_process(
-    *args: str, env: dict[str, str], log: Path
-) -> AsyncIterator[asyncio.subprocess.Process]:
-    """`keel-stream ARGS` with stdout and stderr to `log` (not a terminal); SIGTERM at the end."""
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}
-    environment.update({"FORCE_COLOR": "1", **env})
-    with log.open("wb") as out:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "keel_stream", *args, env=environment, stdout=out, stderr=out
-        )
-    try:
-        yield process
-    finally:
-        if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(process.wait(), 30)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
 
 
 def json_entries(text: str) -> list[dict[str, Any]]:
@@ -289,7 +266,7 @@ async def test_the_read_models_gate_opens_once_per_broker_incarnation() -> None:
     readiness = Readiness("unused:9092", "keel-projections", probe=probe)
 
     async def report(schema: Schema | None = None) -> tuple[bool, dict[str, Any]]:
-        result = await readiness.report(cast(Any, schema or Schema()), live_source=True)
+        result = await readiness.report(cast(Any, schema or Schema()), True, Running())
         return result.ready, result.body
 
     ready, body = await report()

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 
 KEEL = [sys.executable, "-m", "keel_stream"]
 
@@ -64,3 +68,26 @@ def one_line_error(
     assert lines[0].startswith(prefix), output
     assert result.returncode == exit_code, output
     return lines[0].removeprefix(prefix)
+
+
+@contextlib.asynccontextmanager
+async def keel_process(
+    *args: str, env: dict[str, str], log: Path
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """`keel-stream ARGS` with stdout and stderr to `log` (not a terminal); SIGTERM at the end."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("KEEL_")}
+    environment.update({"FORCE_COLOR": "1", **env})
+    with log.open("wb") as out:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "keel_stream", *args, env=environment, stdout=out, stderr=out
+        )
+    try:
+        yield process
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(process.wait(), 30)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
