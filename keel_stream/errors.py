@@ -32,7 +32,9 @@ Every error carries a stable machine-readable ``code`` and a ``retriable`` flag;
     │   └── LeaseFenced                 an owner-scoped commit with a stale epoch or another owner
     ├── QuotaRefused                    the tenant's configuration refuses it (403/429)
     │   ├── UnmeteredRefused            a backend that reports no usage, and quota.unmetered is deny
-    │   └── ExternalQuotaExceeded       maxSessions or maxSessionsPerBackend reached (429)
+    │   ├── ExternalQuotaExceeded       maxSessions or maxSessionsPerBackend reached (429)
+    │   └── RateLimited                 over a tenant's request, session or input rate (429)
+    │       └── TenantBusy              a tenant or key holds as many streams/requests as it may
     ├── StoreError                      the store failed; nothing was committed (5xx)
     │   ├── StoreUnavailable            the database could not be reached (retriable)
     │   ├── ProjectionBehind            a read model did not reach min_seq in time (retriable)
@@ -91,11 +93,13 @@ __all__ = [
     "PortInUse",
     "ProjectionBehind",
     "QuotaRefused",
+    "RateLimited",
     "SessionExists",
     "SessionNotFound",
     "StoreError",
     "StoreUnavailable",
     "SubagentReserved",
+    "TenantBusy",
     "TenantExists",
     "TenantNotFound",
     "TopicMissing",
@@ -315,6 +319,23 @@ class ExternalQuotaExceeded(QuotaRefused):
     """A backend's maxSessions or the tenant's maxSessionsPerBackend is reached."""
 
     code = "external_quota_exceeded"
+
+
+class RateLimited(QuotaRefused):
+    """Over one of the tenant's rates (requests, sessions or inputs): retry after a while."""
+
+    code = "rate_limited"
+    retriable = True
+
+    def __init__(self, message: str, retry_after_s: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class TenantBusy(RateLimited):
+    """The tenant, or its API key, holds as many streams or requests in flight as it may."""
+
+    code = "tenant_busy"
 
 
 class StoreError(KeelError):

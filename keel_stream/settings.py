@@ -79,6 +79,19 @@ class KeelSettings(BaseSettings):
     """Connections (SSE streams included) served at once; a request over it is 503."""
     api_backlog: int = Field(default=2048, ge=1)
     """Connections the kernel queues before the server accepts them."""
+    tenant_max_streams: int = Field(default=500, ge=1)
+    """SSE streams one tenant may hold open on an API process (429 tenant_busy past it)."""
+    key_max_streams: int = Field(default=250, ge=1)
+    """SSE streams one API key may hold open on an API process."""
+    tenant_max_in_flight: int = Field(default=200, ge=1)
+    """Other requests one tenant may have in flight on an API process at once."""
+    key_max_in_flight: int = Field(default=100, ge=1)
+    tenant_requests_per_s: int = Field(default=500, ge=1)
+    """Requests a second per tenant and API process (429 rate_limited past it)."""
+    tenant_sessions_per_min: int = Field(default=1200, ge=1)
+    """Sessions a tenant may open a minute, per API process."""
+    tenant_inputs_per_s: int = Field(default=100, ge=1)
+    """Inputs (/input, /events) a tenant may send a second, per API process."""
     dev_api_key: str | None = None
     """`keel-stream dev` uses this API key (for tenant "dev") instead of a random one."""
     metrics_port: int | None = Field(default=None, ge=1, le=65535)

@@ -33,6 +33,7 @@ from keel_stream.api.errors import install_error_handlers
 from keel_stream.api.hub import LiveHub
 from keel_stream.api.limits import BodyLimit
 from keel_stream.api.presence import Presence
+from keel_stream.api.tenant_limits import SlotRelease, TenantGuard
 from keel_stream.console import pages as console
 from keel_stream.gateway.agents import ExternalAgents
 from keel_stream.gateway.config import load_boot_config
@@ -90,6 +91,7 @@ def create_app(config: ApiConfig) -> FastAPI:
             ),
             triggers=TriggerService.create(pool, KeelSettings()),
             presence=Presence(PostgresServiceHeartbeats(pool)),
+            guard=TenantGuard(config.tenant_limits, configs),
         )
         try:
             yield
@@ -110,6 +112,7 @@ def create_app(config: ApiConfig) -> FastAPI:
     install_error_handlers(app)
     app.add_middleware(BodyLimit, limits=config.limits)  # inside the access log: 413/408 logged
     app.add_middleware(AccessLog)
+    app.add_middleware(SlotRelease)  # outermost: a slot is given back once the response ended
     _include_routers(app)
     return app
 

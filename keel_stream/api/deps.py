@@ -24,6 +24,7 @@ from keel_stream.api.models import (
     SubagentOfView,
 )
 from keel_stream.api.presence import Presence
+from keel_stream.api.tenant_limits import TenantGuard, TenantLimits, release_after_response
 from keel_stream.clock import utc_now
 from keel_stream.errors import SessionNotFound
 from keel_stream.gateway.agents import ExternalAgents
@@ -67,6 +68,7 @@ ERRORS: Final[dict[int | str, dict[str, Any]]] = {
     401: {"model": ErrorBody},
     404: {"model": ErrorBody},
     409: {"model": ErrorBody},
+    429: {"model": ErrorBody, "description": "Over the tenant's bounds (tenant_busy, rate_limited)"},
     503: {"model": ErrorBody},
 }
 
@@ -84,6 +86,7 @@ class ApiConfig:
     data_dir: Path = Path(".keel")
     """KEEL_DATA_DIR: the gateway's audit file and pidfiles live under it."""
     limits: ApiLimits = field(default_factory=ApiLimits.from_environment)
+    tenant_limits: TenantLimits = field(default_factory=TenantLimits.from_environment)
     clock: Callable[[], datetime] = field(default=utc_now)
     """Now, for decisions' expiry (tests move it forward a day)."""
     """Body size, header and body deadlines, connections (KEEL_API_* unless given)."""
@@ -108,6 +111,7 @@ class Services:
     subagents: PostgresSubagents
     triggers: TriggerService
     presence: Presence
+    guard: TenantGuard
     """Which background services run now (hooks senders, trigger schedulers)."""
 
 
@@ -142,6 +146,8 @@ CONSOLE_HEADER: Final = "X-Keel-Console"
 """Sent by the console's own scripts: a write authenticated by the cookie needs it (a form or
 a cross-site page cannot set it), so the cookie alone never authorises a write."""
 _SAFE_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
+STREAM_SUFFIX: Final = "/events/stream"
+"""Requests to a path ending so count as streams against the tenant's bounds."""
 
 
 def console_cookie_name(request: Request) -> str:
@@ -181,6 +187,9 @@ async def tenant_of(
         raise Unauthorized("unknown or revoked API key" if not console else "signed out")
     tenant, request.state.key_id = principal
     note_tenant(tenant)
+    stream = request.url.path.endswith(STREAM_SUFFIX)
+    release = await services_of(request).guard.admit(tenant, principal[1], stream=stream)
+    release_after_response(request.scope, release)
     return tenant
 
 

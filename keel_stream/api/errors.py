@@ -85,6 +85,7 @@ _STATUS: Final[tuple[tuple[type[errors.KeelError], int], ...]] = (
     (errors.NotFound, 404),
     (errors.Conflict, 409),
     (errors.ExternalQuotaExceeded, 429),
+    (errors.RateLimited, 429),
     (errors.QuotaRefused, 403),
     (errors.StoreUnavailable, 503),
     (errors.ProjectionBehind, 503),
@@ -131,7 +132,8 @@ def error_json(error: errors.KeelError) -> bytes:
 
 def error_response(error: errors.KeelError, *, close: bool = False) -> JSONResponse:
     """The response to an error; `close`: the server closes the connection after it."""
-    headers = {"Retry-After": "1"} if error.retriable else {}
+    retry_after = getattr(error, "retry_after_s", 1)
+    headers = {"Retry-After": str(retry_after)} if error.retriable else {}
     if close:
         headers["Connection"] = "close"
     body = _body(error.error_code, error.message, error.retriable)

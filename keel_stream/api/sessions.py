@@ -29,6 +29,7 @@ async def create_session(
     head by default), with provenance in each copy's metadata; it owes a run only when that
     prefix leaves a turn to take (an unanswered input, or a last answer that failed or asked
     for tools)."""
+    await services.guard.count(tenant, "sessions")
     if body is not None and body.fork_of is not None:
         if body.backend is not None or body.metadata is not None:
             raise InvalidRequest("forkOf copies a native session: give no backend or metadata")

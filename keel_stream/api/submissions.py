@@ -238,6 +238,7 @@ async def post_input(
 ) -> SubmissionView:
     """Commit a user message (the body is its payload). The same requestId again returns the
     same submission; without one, one is generated. Unknown fields are stored as sent."""
+    await services.guard.count(tenant, "inputs")
     payload = await _off_loop_if_large(request, _input)
     submission = await submit(
         services, tenant, session_id, Kind.USER_MESSAGE, payload, None, forward_external=True
@@ -257,6 +258,7 @@ async def post_event(
 ) -> SubmissionView:
     """Commit an edge event: only user.message is accepted here, and only to a native session
     (an external session's input goes through /input)."""
+    await services.guard.count(tenant, "inputs")
     kind, payload, request_id = await _off_loop_if_large(request, _edge_event)
     submission = await submit(
         services, tenant, session_id, kind, payload, request_id, forward_external=False

@@ -41,6 +41,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from keel_stream.gateway.config_errors import InvalidConfig
+from keel_stream.gateway.config_limits import LimitsSpec
 from keel_stream.gateway.config_policy import Policy, SubagentSettings
 
 __all__ = [
@@ -249,6 +250,7 @@ class TenantConfig(_Document):
     external: External = Field(default_factory=External)
     settings: Settings = Field(default_factory=Settings)
     policy: Policy = Field(default_factory=Policy)
+    limits: LimitsSpec = Field(default_factory=LimitsSpec)
 
     def document(self) -> dict[str, Any]:
         """The document as JSON, in its own vocabulary (camelCase, only what was given)."""

@@ -15,6 +15,7 @@ import orjson
 
 from keel_stream.api.app import ApiConfig
 from keel_stream.api.server import api_server
+from keel_stream.api.tenant_limits import TenantLimits
 from keel_stream.gateway.config import TenantConfig
 from keel_stream.kafka.broker import free_port
 from keel_stream.store import PostgresLedger, create_pool
@@ -42,6 +43,7 @@ async def serve_api(
     topic_prefix: str = "",
     boot_config: TenantConfig | None = None,
     port: int | None = None,
+    tenant_limits: TenantLimits | None = None,
 ) -> AsyncIterator[Api]:
     """The API on a loopback port (`port` to serve again where an earlier one served)."""
     pool = await create_pool(database_url, max_size=1)
@@ -56,6 +58,8 @@ async def serve_api(
         database_url, bootstrap, topic_prefix, heartbeat_s=1.0, boot_config=boot_config
     )
     config.data_dir = Path(tempfile.mkdtemp(prefix="keel-api-"))
+    if tenant_limits is not None:
+        config.tenant_limits = tenant_limits
     port = port or free_port()
     server = api_server(config, "127.0.0.1", port)
     task = asyncio.create_task(server.serve())
