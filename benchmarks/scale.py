@@ -10,7 +10,8 @@ session in ten has no events, the others share the events; every session with ev
 (one in twenty pending, the rest done) and caught-up states in every live projection; a hundred
 recently committed sessions, ten of them behind, give the reconcile something to find.
 
-The baseline of every query is measured in the same run, at the start:
+The baseline of every query is measured in the same run, at the start (a data set of its own,
+built first):
 
 - session list: the large tenant's first page vs a cursor 95% of the way through it;
 - claim: with a handful of live (healthy) leases vs `--leases` of them, older than every pending
@@ -21,8 +22,9 @@ The baseline of every query is measured in the same run, at the start:
 
 Each figure is the median of `--repeat` runs after six warm-up runs (asyncpg prepares its
 statements, and PostgreSQL switches a prepared statement to its generic plan after five runs,
-which is the plan a long-running service executes). Last line: one JSON object; each `ratio` is
-deep over start, and the queries hold at scale when every ratio is at most 2.
+which is the plan a long-running service executes); the start and the deep runs of a query take
+turns, so that the load of a shared machine weighs on both alike. Last line: one JSON object;
+each `ratio` is deep over start, and the queries hold at scale when every ratio is at most 2.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import asyncio
 import contextlib
 import statistics
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -63,14 +65,7 @@ BATCH: Final = 500  # the relay's default batch
 WARM_UP: Final = 6
 SHARD_OF: Final = "(hashtext(tenant_id)::bigint & 2147483647) % 4"
 
-SMOKE: Final = {
-    "sessions": 6000,
-    "events": 30_000,
-    "tenants": 8,
-    "leases": 50,
-    "backlog": 5000,
-    "repeat": 3,
-}
+SMOKE: Final = {"sessions": 6000, "events": 30_000, "leases": 50, "backlog": 5000}
 
 Timed = Callable[[], Awaitable[Any]]
 
@@ -225,32 +220,37 @@ async def _vacuum(conn: asyncpg.Connection) -> None:
         await conn.execute(f"VACUUM ANALYZE {table}")
 
 
-async def _median_ms(probe: Probe, repeat: int) -> float:
-    samples = []
+async def _timed_ms(probe: Probe) -> float:
+    started = time.perf_counter()
+    result = await probe.work()
+    took = (time.perf_counter() - started) * 1000
+    if probe.undo is not None:
+        await probe.undo(result)
+    return took
+
+
+async def _medians_ms(start: Probe, deep: Probe, repeat: int) -> tuple[float, float]:
+    """Both timed in turns (start first, then deep first, ...), so that a change in the load
+    of the machine weighs on both alike; the medians after the warm-up runs."""
+    samples: tuple[list[float], list[float]] = ([], [])
     for i in range(WARM_UP + repeat):
-        started = time.perf_counter()
-        result = await probe.work()
-        if i >= WARM_UP:
-            samples.append((time.perf_counter() - started) * 1000)
-        if probe.undo is not None:
-            await probe.undo(result)
-    return statistics.median(samples)
-
-
-async def _claimed(runs: PostgresRuns) -> Claim:
-    claim = await runs.claim()
-    assert claim is not None, "the fixture always has a claimable run"
-    return claim
-
-
-async def _released(runs: PostgresRuns, claim: Claim) -> None:
-    assert await runs.release(claim), claim
+        order = (0, 1) if i % 2 == 0 else (1, 0)
+        for which in order:
+            took = await _timed_ms((start, deep)[which])
+            if i >= WARM_UP:
+                samples[which].append(took)
+    return statistics.median(samples[0]), statistics.median(samples[1])
 
 
 def _claim(runs: PostgresRuns) -> Probe:
     """A worker's claim (`Runs.claim`; no tenant skipped, no cap: a worker with free slots
     under the default settings), handed back untimed (`Runs.release`: pending again)."""
-    return Probe(lambda: _claimed(runs), lambda claim: _released(runs, claim))
+
+    async def release(claim: Claim | None) -> None:
+        assert claim is not None, "the fixture always has a claimable run"
+        assert await runs.release(claim), claim
+
+    return Probe(runs.claim, release)
 
 
 def _reconcile_scan(store: PostgresProjectionStore) -> Probe:
@@ -303,17 +303,11 @@ async def _list_figures(
 
         return Probe(fetch)
 
-    return await _median_ms(page(None), repeat), await _median_ms(page(cursor), repeat)
+    return await _medians_ms(page(None), page(cursor), repeat)
 
 
-async def _measured(probes: dict[str, Probe], repeat: int) -> dict[str, float]:
-    return {name: await _median_ms(probe, repeat) for name, probe in probes.items()}
-
-
-async def _measure(
-    conn: asyncpg.Connection, doors: Doors, args: argparse.Namespace
-) -> dict[str, Any]:
-    started = time.perf_counter()
+async def _build(conn: asyncpg.Connection, args: argparse.Namespace, deep: bool) -> None:
+    """The start's data set (1% of the sessions, at least 5,000) or, `deep`, the whole one."""
     with_events = args.sessions - args.sessions // 10
     per = max(1, args.events // with_events)
     first = min(args.sessions, max(5000, args.sessions // 100))
@@ -322,39 +316,52 @@ async def _measure(
     await _live(conn)
     await _leases(conn, 5)
     await _backlog(conn, OWN_BACKLOG, 1)
+    if deep:
+        await _grow(conn, first, args.sessions, args.tenants, per)
+        await _leases(conn, args.leases - 5)
+        await _backlog(conn, args.backlog, 2)
     await _vacuum(conn)
-    await _touch_live(conn)
-    start = await _measured(_probes(doors), args.repeat)
-    await _grow(conn, first, args.sessions, args.tenants, per)
-    await _leases(conn, args.leases - 5)
-    await _backlog(conn, args.backlog, 2)
-    await _vacuum(conn)
-    built_s = time.perf_counter() - started
-    await _touch_live(conn)
-    deep = await _measured(_probes(doors), args.repeat)
-    start["list_sessions"], deep["list_sessions"] = await _list_figures(
-        conn, doors.sessions, args.repeat
-    )
-    events = await conn.fetchval("SELECT count(*) FROM events")
-    return {"start": start, "deep": deep, "built_s": built_s, "events": events}
 
 
-async def _run(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
+@contextlib.asynccontextmanager
+async def _data_set(dsn: str) -> AsyncIterator[tuple[asyncpg.Connection, Doors]]:
+    """A scratch database, a connection to build it, and the store's doors to it."""
     async with scratch_database(dsn) as bench_dsn:
         conn = await connect(bench_dsn)
         pool = await create_pool(bench_dsn, min_size=1, max_size=3)
         try:
             async with PostgresOutbox(pool).shard(Shard(OWN_SHARD, SHARDS)) as shard:
-                doors = Doors(
-                    runs=PostgresRuns(pool, "bench-worker", lease_ttl_s=30.0),
-                    sessions=PostgresSessions(pool),
-                    shard=shard,
-                    projections=PostgresProjectionStore(pool),
+                yield (
+                    conn,
+                    Doors(
+                        runs=PostgresRuns(pool, "bench-worker", lease_ttl_s=30.0),
+                        sessions=PostgresSessions(pool),
+                        shard=shard,
+                        projections=PostgresProjectionStore(pool),
+                    ),
                 )
-                return await _measure(conn, doors, args)
         finally:
             await pool.close()
             await conn.close()
+
+
+async def _run(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
+    started = time.perf_counter()
+    async with _data_set(dsn) as (small, at_start), _data_set(dsn) as (big, deep_in):
+        await _build(small, args, deep=False)
+        await _build(big, args, deep=True)
+        built_s = time.perf_counter() - started
+        await _touch_live(small)
+        await _touch_live(big)
+        start: dict[str, float] = {}
+        deep: dict[str, float] = {}
+        for name, probe in _probes(at_start).items():
+            start[name], deep[name] = await _medians_ms(probe, _probes(deep_in)[name], args.repeat)
+        start["list_sessions"], deep["list_sessions"] = await _list_figures(
+            big, deep_in.sessions, args.repeat
+        )
+        events = await big.fetchval("SELECT count(*) FROM events")
+    return {"start": start, "deep": deep, "built_s": built_s, "events": events}
 
 
 def main() -> None:
