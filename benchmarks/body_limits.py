@@ -1,6 +1,6 @@
 """/healthz latency while large bodies are posted: what one big request costs the event loop.
 
-    python -m benchmarks.body_limits [--seconds 10] [--body-kib 480] [--posters 2]
+    python -m benchmarks.body_limits [--seconds 10] [--body-kib 480] [--posters 2] [--smoke]
 
 The api runs as its own process (`keel-stream api`). A prober asks /healthz every 10 ms and
 times each answer; meanwhile `--posters` clients post, back to back, a user.message whose
@@ -17,10 +17,12 @@ import os
 import signal
 import sys
 import time
+from typing import Final
 
 import httpx
 import orjson
 
+from benchmarks.cli import arguments
 from benchmarks.servers import postgres, scratch_database
 from keel_stream.kafka.broker import free_port
 from keel_stream.store import PostgresLedger, create_pool
@@ -116,12 +118,15 @@ async def run(args: argparse.Namespace, dsn: str) -> dict[str, object]:
             await asyncio.wait_for(api.wait(), 30)
 
 
+SMOKE: Final = {"seconds": 1.0, "body_kib": 64, "posters": 1}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--body-kib", type=int, default=480)
     parser.add_argument("--posters", type=int, default=2)
-    args = parser.parse_args()
+    args = arguments(parser, SMOKE)
     with postgres() as dsn:
         result = asyncio.run(run(args, dsn))
     print(

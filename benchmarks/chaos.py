@@ -3,6 +3,7 @@ PostgreSQL restarts; nothing acknowledged may be lost, duplicated or left unansw
 
     python -m benchmarks.chaos [--sessions 100] [--interval 5] [--baseline 30] [--chaos 180]
                                [--kill-every 4] [--broker-down 30] [--kafka auto|embedded]
+                               [--smoke]
 
 Each service (`keel-stream api`, `relay`, `projections run`, `worker`) runs as its own process
 under a small supervisor that restarts it 1 s after it exits, on an embedded PostgreSQL and
@@ -31,7 +32,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -39,6 +40,7 @@ from benchmarks.chaos_audit import Audit, Verified, settle, verify
 from benchmarks.chaos_cluster import Cluster, Servers
 from benchmarks.chaos_faults import FaultLog, broker_stop, kill_loop, postgres_restart
 from benchmarks.chaos_load import Load
+from benchmarks.cli import arguments
 
 __all__ = ["ChaosParams", "ChaosResult", "main", "run_chaos"]
 
@@ -101,6 +103,10 @@ class ChaosResult:
             "broker": self.broker,
             "sessions": self.params.sessions,
             "acknowledged": self.audit.acknowledged,
+            "sessions_acknowledged_under_chaos": sum(
+                any(item.phase == "chaos" and item.seq is not None for item in session.inputs)
+                for session in self.load.sessions
+            ),
             "lost": len(self.audit.lost),
             "duplicated": len(self.audit.duplicated),
             "unanswered": len(self.audit.unanswered) + len(self.audit.missing_from_transcript),
@@ -273,6 +279,19 @@ def report(result: ChaosResult) -> list[str]:
     ]
 
 
+SMOKE: Final = {
+    "sessions": 10,
+    "interval": 1.0,
+    "baseline": 6.0,
+    "chaos": 25.0,
+    "kill_every": 2.0,
+    "broker_down": 5.0,
+    "settle": 60.0,
+}
+"""About a minute: every service still SIGKILLed a few times, the broker stopped for 5 s and
+PostgreSQL restarted once (tests/integration/test_chaos.py runs it and checks the figures)."""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -286,7 +305,7 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=180.0, help="most to wait for answers")
     parser.add_argument("--kafka", choices=("auto", "embedded"), default="auto")
     parser.add_argument("--keep", action="store_true", help="keep the data and logs")
-    args = parser.parse_args()
+    args = arguments(parser, SMOKE)
     params = ChaosParams(
         sessions=args.sessions, interval_s=args.interval, baseline_s=args.baseline,
         chaos_s=args.chaos, kill_every_s=args.kill_every, broker_down_s=args.broker_down,

@@ -1,7 +1,7 @@
 """Commit throughput of the ledger against a bare INSERT baseline, measured in the same run.
 
     python -m benchmarks.commit [--events N] [--sessions S] [--concurrency 1,10,64] [--runs 3]
-                                [--rounds 5] [--batch 8] [--profile commit-profile.txt]
+                                [--rounds 5] [--batch 8] [--profile commit-profile.txt] [--smoke]
 
 Uses KEEL_DATABASE_URL when set, else an embedded PostgreSQL in a temporary directory. At each
 concurrency C (C tasks, a pool of C open connections, at least C sessions written round robin so
@@ -37,17 +37,19 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import asyncpg
 import orjson
 
+from benchmarks.cli import arguments
 from benchmarks.servers import postgres, scratch_database
 from keel_stream.kernel import CommitRequest
 from keel_stream.store import PostgresLedger, connect
 from keel_stream.store.connect import init_connection
 from keel_stream.store.sqlfiles import sql_root
 
+SMOKE: Final = {"events": 200, "sessions": 4, "concurrency": "1,4", "runs": 1, "rounds": 1}
 IN_TXN_SCHEMA = "keel_bench_notify_in_txn"
 CREATED = "        out_seq := v_last;\n"
 IN_TXN_NOTIFY = (
@@ -365,7 +367,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--profile", help="write a pyinstrument report of a ledger phase here")
-    args = parser.parse_args()
+    args = arguments(parser, SMOKE)
     levels = [int(c) for c in args.concurrency.split(",")]
     load_before = os.getloadavg()
     runs: list[dict[int, Figures]] = []

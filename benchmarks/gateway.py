@@ -1,6 +1,6 @@
 """External sessions through the gateway against the reference sidecar talked to directly.
 
-    python -m benchmarks.gateway [--turns N] [--sessions S]
+    python -m benchmarks.gateway [--turns N] [--sessions S] [--smoke]
 
 The baseline drives the reference sidecar (stdio) with the bare protocol client: per turn one
 ``message.send`` with ``wait: true``; S sessions run concurrently, turns in order within each.
@@ -20,9 +20,11 @@ import resource
 import signal
 import sys
 import time
+from typing import Final
 
 import orjson
 
+from benchmarks.cli import arguments
 from benchmarks.servers import postgres, scratch_database
 from keel_stream.gateway.agents import ExternalAgents
 from keel_stream.gateway.client import GatewayClient
@@ -111,11 +113,14 @@ async def _run(dsn: str, turns: int, sessions: int) -> dict[str, float]:
     return {"baseline_s": baseline_s, "gateway_s": gateway_s, "detection_s": detection_s}
 
 
+SMOKE: Final = {"turns": 10, "sessions": 2}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--turns", type=int, default=300)
     parser.add_argument("--sessions", type=int, default=10)
-    args = parser.parse_args()
+    args = arguments(parser, SMOKE)
     with postgres() as dsn:
         timings = asyncio.run(_run(dsn, args.turns, args.sessions))
     gateway_rate = args.turns / timings["gateway_s"]

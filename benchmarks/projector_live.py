@@ -1,7 +1,7 @@
 """The live projector against the commit ceiling: does it keep up, and how far behind is it?
 
     python -m benchmarks.projector_live [--sessions 64] [--seconds 10] [--find-seconds 5]
-        [--rate N] [--profile projector-profile.txt] [--log services.log]
+        [--rate N] [--profile projector-profile.txt] [--log services.log] [--smoke]
 
 The relay and the projector (`keel-stream relay`, `keel-stream projections run`) run as their own
 processes against PostgreSQL and the broker of benchmarks/servers.py. First the ceiling: every
@@ -29,10 +29,12 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from typing import Final
 
 import asyncpg
 import orjson
 
+from benchmarks.cli import arguments
 from benchmarks.processes import cpu_s, peak_rss_mb, process, scrape
 from benchmarks.servers import kafka, postgres, scratch_database
 from keel_stream.kafka.broker import free_port
@@ -344,6 +346,9 @@ async def run(args: argparse.Namespace, dsn: str, bootstrap: str) -> dict[str, o
             await pool.close()
 
 
+SMOKE: Final = {"sessions": 4, "seconds": 1.0, "find_seconds": 1.0}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sessions", type=int, default=64)
@@ -352,7 +357,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=None, help="commits/s (default: ceiling)")
     parser.add_argument("--profile", default=None, help="pyinstrument report of the projector")
     parser.add_argument("--log", default=None, help="keep the relay's and projector's log here")
-    args = parser.parse_args()
+    args = arguments(parser, SMOKE)
     with postgres() as dsn, kafka() as bootstrap:
         result = asyncio.run(run(args, dsn, bootstrap))
     print(

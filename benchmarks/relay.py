@@ -1,7 +1,7 @@
 """Relay benchmark: commit-to-topic latency at a steady rate, and the relay's peak throughput.
 
     python -m benchmarks.relay [--rate 500] [--seconds 10] [--backlog 50000] [--soak]
-                               [--profile relay-profile.txt]
+                               [--profile relay-profile.txt] [--smoke]
 
 Baseline, in the same run: a bare aiokafka producer sending the same records (same keys, values
 and headers) to the same broker. The relay runs as its own process (`keel-stream relay`), so its
@@ -23,10 +23,12 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Final
 
 import asyncpg
 import orjson
 
+from benchmarks.cli import arguments
 from benchmarks.relay_measure import (
     SESSIONS,
     assigned_consumer,
@@ -266,6 +268,9 @@ async def run(args: argparse.Namespace, dsn: str, bootstrap: str) -> dict[str, o
     }
 
 
+SMOKE: Final = {"rate": 100, "seconds": 1.0, "backlog": 1000, "repeats": 1}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rate", type=int, default=500, help="commits per second, steady")
@@ -274,7 +279,7 @@ def main() -> None:
     parser.add_argument("--soak", action="store_true", help="a ten times longer steady phase")
     parser.add_argument("--repeats", type=int, default=3, help="peak runs of each, alternated")
     parser.add_argument("--profile", type=Path, help="pyinstrument text report of a peak run")
-    args = parser.parse_args()
+    args = arguments(parser, SMOKE)
     with postgres() as dsn, kafka() as bootstrap:
         result = asyncio.run(run(args, dsn, bootstrap))
     print(f"load average (1, 5, 15 min) before and after: {result['load_average']}")

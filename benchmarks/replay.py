@@ -1,6 +1,6 @@
 """Replay-from-zero throughput of each projection's rebuild, against a bare consumer.
 
-    python -m benchmarks.replay [--events 100000] [--sessions 100] [--profile DIR]
+    python -m benchmarks.replay [--events 100000] [--sessions 100] [--profile DIR] [--smoke]
 
 Loads the ledger in bulk (alternating user and assistant messages), publishes the same events to
 a fresh keel.events.v1 with a bare producer, then measures, for each projection in turn: a bare
@@ -22,12 +22,14 @@ import secrets
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Final
 
 import asyncpg
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from pyinstrument import Profiler
 
+from benchmarks.cli import arguments
 from benchmarks.servers import kafka, postgres, scratch_database
 from keel_stream.kafka.partitions import topic_partitions
 from keel_stream.kafka.records import EventRecordCodec
@@ -184,6 +186,9 @@ async def run(args: argparse.Namespace, dsn: str, bootstrap: str) -> dict[str, o
     }
 
 
+SMOKE: Final = {"events": 1000, "sessions": 10}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--events", type=int, default=100_000)
@@ -191,7 +196,7 @@ def main() -> None:
     parser.add_argument(
         "--profile", default=None, help="a directory for a pyinstrument report per rebuild"
     )
-    args = parser.parse_args()
+    args = arguments(parser, SMOKE)
     with postgres() as dsn, kafka() as bootstrap:
         result = asyncio.run(run(args, dsn, bootstrap))
     print(orjson.dumps(result).decode())

@@ -1,7 +1,7 @@
 """Query cost at scale: each hot query at the start of a data set and deep in it.
 
     python -m benchmarks.scale [--sessions 200000] [--events 2000000] [--tenants 64]
-                               [--leases 3000] [--backlog 500000] [--repeat 15]
+                               [--leases 3000] [--backlog 500000] [--repeat 15] [--smoke]
 
 Uses KEEL_DATABASE_URL when set, else an embedded PostgreSQL in a temporary directory. The data
 set is built directly in SQL (INSERT … SELECT over generate_series: a fixture, not the commit
@@ -10,19 +10,21 @@ session in ten has no events, the others share the events; every session with ev
 (one in twenty pending, the rest done) and caught-up states in every live projection; a hundred
 recently committed sessions, ten of them behind, give the reconcile something to find.
 
-The baseline of every query is measured in the same run, at the start:
+The baseline of every query is measured in the same run, at the start (a data set of its own,
+built first):
 
 - session list: the large tenant's first page vs a cursor 95% of the way through it;
 - claim: with a handful of live (healthy) leases vs `--leases` of them, older than every pending
-  run (a claim is rolled back after it is timed);
+  run (a claim is released, untimed, after it is timed: pending again);
 - relay fetch / backlog: shard 0 of 4 with a small backlog in the other shards vs `--backlog`
   rows of theirs, older than this shard's;
 - reconcile scan: a data set of 1% (at least 5,000 sessions) vs the whole one.
 
 Each figure is the median of `--repeat` runs after six warm-up runs (asyncpg prepares its
 statements, and PostgreSQL switches a prepared statement to its generic plan after five runs,
-which is the plan a long-running service executes). Last line: one JSON object; each `ratio` is
-deep over start, and the queries hold at scale when every ratio is at most 2.
+which is the plan a long-running service executes); the start and the deep runs of a query take
+turns, so that the load of a shared machine weighs on both alike. Last line: one JSON object;
+each `ratio` is deep over start, and the queries hold at scale when every ratio is at most 2.
 """
 
 from __future__ import annotations
@@ -32,17 +34,27 @@ import asyncio
 import contextlib
 import statistics
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Final
 
 import asyncpg
 import orjson
 
+from benchmarks.cli import arguments
 from benchmarks.servers import postgres, scratch_database
 from keel_stream.projections import ALL
 from keel_stream.projector.reconcile import Sweep, find_behind
-from keel_stream.store import PostgresProjectionStore, connect, create_pool
-from keel_stream.store.sqlfiles import query
+from keel_stream.store import (
+    Claim,
+    PostgresOutbox,
+    PostgresProjectionStore,
+    PostgresRuns,
+    connect,
+    create_pool,
+)
+from keel_stream.store.outbox import Shard, ShardConnection
+from keel_stream.store.sessions import PostgresSessions
 
 SHARDS: Final = 4
 OWN_SHARD: Final = 0
@@ -53,22 +65,21 @@ BATCH: Final = 500  # the relay's default batch
 WARM_UP: Final = 6
 SHARD_OF: Final = "(hashtext(tenant_id)::bigint & 2147483647) % 4"
 
-Timed = Callable[[], Awaitable[object]]
+SMOKE: Final = {"sessions": 6000, "events": 30_000, "leases": 50, "backlog": 5000}
+
+Timed = Callable[[], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """One timed call; `undo`, given what it returned and not timed, puts back what it changed."""
+
+    work: Timed
+    undo: Callable[[Any], Awaitable[object]] | None = None
 
 
 def _sid(i: str) -> str:
     return f"'s' || lpad(({i})::text, 8, '0')"
-
-
-async def _has_column(conn: asyncpg.Connection, table: str, column: str) -> bool:
-    return bool(
-        await conn.fetchval(
-            "SELECT EXISTS (SELECT 1 FROM information_schema.columns"
-            " WHERE table_name = $1 AND column_name = $2)",
-            table,
-            column,
-        )
-    )
 
 
 async def _prepare(conn: asyncpg.Connection, tenants: int) -> None:
@@ -86,17 +97,13 @@ async def _prepare(conn: asyncpg.Connection, tenants: int) -> None:
 
 async def _grow(conn: asyncpg.Connection, lo: int, hi: int, tenants: int, per: int) -> None:
     """Sessions lo..hi-1 with their events, runs and caught-up projection states."""
-    stamped = await _has_column(conn, "sessions", "last_committed_at")
-    stamp, stamp_value = (
-        (", last_committed_at", ", now() - interval '1 day'") if stamped else ("", "")
-    )
     await conn.execute(
-        f"INSERT INTO sessions (tenant_id, session_id, last_seq, created_at{stamp})"
+        "INSERT INTO sessions (tenant_id, session_id, last_seq, created_at, last_committed_at)"
         " SELECT CASE WHEN i % 2 = 0 THEN 't000'"
         "             ELSE 't' || lpad((1 + (i / 2) % ($3::int - 1))::text, 3, '0') END,"
         f"        {_sid('i')}, CASE WHEN i % 10 = 9 THEN 0 ELSE $4::int END,"
-        "        now() - interval '2 days' + make_interval(secs => i / 10.0)"
-        f"        {stamp_value}"
+        "        now() - interval '2 days' + make_interval(secs => i / 10.0),"
+        "        now() - interval '1 day'"
         " FROM generate_series($1::int, $2::int - 1) AS i",
         lo,
         hi,
@@ -141,7 +148,6 @@ async def _grow(conn: asyncpg.Connection, lo: int, hi: int, tenants: int, per: i
 
 async def _live(conn: asyncpg.Connection) -> None:
     """Recently committed sessions (3 events each); the projections miss the tail of ten."""
-    stamped = await _has_column(conn, "sessions", "last_committed_at")
     await conn.execute(
         "INSERT INTO sessions (tenant_id, session_id, last_seq)"
         " SELECT 't001', 'live' || lpad(g::text, 4, '0'), 3 FROM generate_series(1, $1) AS g",
@@ -160,20 +166,19 @@ async def _live(conn: asyncpg.Connection) -> None:
         " FROM sessions AS s, projection_generations AS g"
         " WHERE g.status = 'live' AND s.session_id LIKE 'live%'"
     )
-    await _touch_live(conn, stamped)
+    await _touch_live(conn)
 
 
-async def _touch_live(conn: asyncpg.Connection, stamped: bool) -> None:
+async def _touch_live(conn: asyncpg.Connection) -> None:
     """The live sessions' last commit 30 s ago (idle, and recent), whenever measured."""
     await conn.execute(
         "UPDATE events SET committed_at = now() - interval '30 seconds'"
         " WHERE tenant_id = 't001' AND session_id LIKE 'live%'"
     )
-    if stamped:
-        await conn.execute(
-            "UPDATE sessions SET last_committed_at = now() - interval '30 seconds'"
-            " WHERE tenant_id = 't001' AND session_id LIKE 'live%'"
-        )
+    await conn.execute(
+        "UPDATE sessions SET last_committed_at = now() - interval '30 seconds'"
+        " WHERE tenant_id = 't001' AND session_id LIKE 'live%'"
+    )
 
 
 async def _leases(conn: asyncpg.Connection, count: int) -> None:
@@ -215,32 +220,40 @@ async def _vacuum(conn: asyncpg.Connection) -> None:
         await conn.execute(f"VACUUM ANALYZE {table}")
 
 
-async def _median_ms(work: Timed, repeat: int) -> float:
-    for _ in range(WARM_UP):
-        await work()
-    samples = []
-    for _ in range(repeat):
-        started = time.perf_counter()
-        await work()
-        samples.append((time.perf_counter() - started) * 1000)
-    return statistics.median(samples)
+async def _timed_ms(probe: Probe) -> float:
+    started = time.perf_counter()
+    result = await probe.work()
+    took = (time.perf_counter() - started) * 1000
+    if probe.undo is not None:
+        await probe.undo(result)
+    return took
 
 
-def _claim(conn: asyncpg.Connection) -> Timed:
-    async def claim() -> object:
-        transaction = conn.transaction()
-        await transaction.start()
-        try:
-            row = await conn.fetchrow(query("claim_run"), "bench-worker", 30.0)
-            assert row is not None, "the fixture always has a claimable run"
-            return row
-        finally:
-            await transaction.rollback()
+async def _medians_ms(start: Probe, deep: Probe, repeat: int) -> tuple[float, float]:
+    """Both timed in turns (start first, then deep first, ...), so that a change in the load
+    of the machine weighs on both alike; the medians after the warm-up runs."""
+    samples: tuple[list[float], list[float]] = ([], [])
+    for i in range(WARM_UP + repeat):
+        order = (0, 1) if i % 2 == 0 else (1, 0)
+        for which in order:
+            took = await _timed_ms((start, deep)[which])
+            if i >= WARM_UP:
+                samples[which].append(took)
+    return statistics.median(samples[0]), statistics.median(samples[1])
 
-    return claim
+
+def _claim(runs: PostgresRuns) -> Probe:
+    """A worker's claim (`Runs.claim`; no tenant skipped, no cap: a worker with free slots
+    under the default settings), handed back untimed (`Runs.release`: pending again)."""
+
+    async def release(claim: Claim | None) -> None:
+        assert claim is not None, "the fixture always has a claimable run"
+        assert await runs.release(claim), claim
+
+    return Probe(runs.claim, release)
 
 
-def _reconcile_scan(store: PostgresProjectionStore) -> Timed:
+def _reconcile_scan(store: PostgresProjectionStore) -> Probe:
     """What the projector's reconcile reads on every tick, before it applies anything."""
     sweep = Sweep()
 
@@ -249,22 +262,32 @@ def _reconcile_scan(store: PostgresProjectionStore) -> Timed:
         assert len(behind) == 10, behind
         return behind
 
-    return scan
+    return Probe(scan)
 
 
-def _probes(conn: asyncpg.Connection, store: PostgresProjectionStore) -> dict[str, Timed]:
+@dataclass(frozen=True, slots=True)
+class Doors:
+    """The store's doors the services query through, on the benchmark's database."""
+
+    runs: PostgresRuns
+    sessions: PostgresSessions
+    shard: ShardConnection
+    projections: PostgresProjectionStore
+
+
+def _probes(doors: Doors) -> dict[str, Probe]:
     """The queries timed at the start and deep in the data set (the list has its own)."""
     return {
-        "claim": _claim(conn),
-        "relay_fetch": lambda: conn.fetch(
-            query("relay_fetch_batch_excluding"), BATCH, SHARDS, OWN_SHARD, [], []
-        ),
-        "relay_backlog": lambda: conn.fetchrow(query("relay_backlog"), SHARDS, OWN_SHARD),
-        "reconcile_scan": _reconcile_scan(store),
+        "claim": _claim(doors.runs),
+        "relay_fetch": Probe(lambda: doors.shard.fetch(BATCH)),
+        "relay_backlog": Probe(doors.shard.backlog),
+        "reconcile_scan": _reconcile_scan(doors.projections),
     }
 
 
-async def _list_figures(conn: asyncpg.Connection, repeat: int) -> tuple[float, float]:
+async def _list_figures(
+    conn: asyncpg.Connection, sessions: PostgresSessions, repeat: int
+) -> tuple[float, float]:
     count = await conn.fetchval("SELECT count(*) FROM sessions WHERE tenant_id = 't000'")
     cursor = await conn.fetchval(
         "SELECT session_id FROM sessions WHERE tenant_id = 't000'"
@@ -272,22 +295,19 @@ async def _list_figures(conn: asyncpg.Connection, repeat: int) -> tuple[float, f
         int(count * 0.95),
     )
 
-    def page(after: str | None) -> Timed:
+    def page(after: str | None) -> Probe:
         async def fetch() -> object:
-            rows = await conn.fetch(query("list_sessions"), "t000", after, PAGE)
+            rows = await sessions.page("t000", after, PAGE)
             assert len(rows) == PAGE
             return rows
 
-        return fetch
+        return Probe(fetch)
 
-    return await _median_ms(page(None), repeat), await _median_ms(page(cursor), repeat)
+    return await _medians_ms(page(None), page(cursor), repeat)
 
 
-async def _measure(
-    conn: asyncpg.Connection, store: PostgresProjectionStore, args: argparse.Namespace
-) -> dict[str, Any]:
-    started = time.perf_counter()
-    stamped = await _has_column(conn, "sessions", "last_committed_at")
+async def _build(conn: asyncpg.Connection, args: argparse.Namespace, deep: bool) -> None:
+    """The start's data set (1% of the sessions, at least 5,000) or, `deep`, the whole one."""
     with_events = args.sessions - args.sessions // 10
     per = max(1, args.events // with_events)
     first = min(args.sessions, max(5000, args.sessions // 100))
@@ -296,34 +316,52 @@ async def _measure(
     await _live(conn)
     await _leases(conn, 5)
     await _backlog(conn, OWN_BACKLOG, 1)
+    if deep:
+        await _grow(conn, first, args.sessions, args.tenants, per)
+        await _leases(conn, args.leases - 5)
+        await _backlog(conn, args.backlog, 2)
     await _vacuum(conn)
-    await _touch_live(conn, stamped)
-    start = {
-        name: await _median_ms(work, args.repeat) for name, work in _probes(conn, store).items()
-    }
-    await _grow(conn, first, args.sessions, args.tenants, per)
-    await _leases(conn, args.leases - 5)
-    await _backlog(conn, args.backlog, 2)
-    await _vacuum(conn)
-    built_s = time.perf_counter() - started
-    await _touch_live(conn, stamped)
-    deep = {
-        name: await _median_ms(work, args.repeat) for name, work in _probes(conn, store).items()
-    }
-    start["list_sessions"], deep["list_sessions"] = await _list_figures(conn, args.repeat)
-    events = await conn.fetchval("SELECT count(*) FROM events")
-    return {"start": start, "deep": deep, "built_s": built_s, "events": events}
 
 
-async def _run(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
+@contextlib.asynccontextmanager
+async def _data_set(dsn: str) -> AsyncIterator[tuple[asyncpg.Connection, Doors]]:
+    """A scratch database, a connection to build it, and the store's doors to it."""
     async with scratch_database(dsn) as bench_dsn:
         conn = await connect(bench_dsn)
-        pool = await create_pool(bench_dsn, min_size=1, max_size=2)
+        pool = await create_pool(bench_dsn, min_size=1, max_size=3)
         try:
-            return await _measure(conn, PostgresProjectionStore(pool), args)
+            async with PostgresOutbox(pool).shard(Shard(OWN_SHARD, SHARDS)) as shard:
+                yield (
+                    conn,
+                    Doors(
+                        runs=PostgresRuns(pool, "bench-worker", lease_ttl_s=30.0),
+                        sessions=PostgresSessions(pool),
+                        shard=shard,
+                        projections=PostgresProjectionStore(pool),
+                    ),
+                )
         finally:
             await pool.close()
             await conn.close()
+
+
+async def _run(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
+    started = time.perf_counter()
+    async with _data_set(dsn) as (small, at_start), _data_set(dsn) as (big, deep_in):
+        await _build(small, args, deep=False)
+        await _build(big, args, deep=True)
+        built_s = time.perf_counter() - started
+        await _touch_live(small)
+        await _touch_live(big)
+        start: dict[str, float] = {}
+        deep: dict[str, float] = {}
+        for name, probe in _probes(at_start).items():
+            start[name], deep[name] = await _medians_ms(probe, _probes(deep_in)[name], args.repeat)
+        start["list_sessions"], deep["list_sessions"] = await _list_figures(
+            big, deep_in.sessions, args.repeat
+        )
+        events = await big.fetchval("SELECT count(*) FROM events")
+    return {"start": start, "deep": deep, "built_s": built_s, "events": events}
 
 
 def main() -> None:
@@ -334,7 +372,7 @@ def main() -> None:
     parser.add_argument("--leases", type=int, default=3000)
     parser.add_argument("--backlog", type=int, default=500_000)
     parser.add_argument("--repeat", type=int, default=15)
-    args = parser.parse_args()
+    args = arguments(parser, SMOKE)
     with postgres() as dsn:
         figures = asyncio.run(_run(dsn, args))
     ratios = {}

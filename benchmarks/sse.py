@@ -2,6 +2,7 @@
 
     python -m benchmarks.sse [--clients 500] [--sessions 100] [--events 5] [--warmup 1]
                              [--interval 0.2] [--client-procs 4] [--runs 3] [--profile DIR]
+                             [--smoke]
 
 Processes: PostgreSQL; the api (`keel-stream api`, live path PostgreSQL NOTIFY + the ledger, no
 broker); `--client-procs` client processes holding the streams, spread over the sessions (plain
@@ -37,11 +38,12 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import httpx
 import orjson
 
+from benchmarks.cli import arguments
 from benchmarks.servers import postgres, scratch_database
 from benchmarks.sse_procs import HOST, top_frames
 from keel_stream.kafka.broker import free_port
@@ -344,6 +346,9 @@ async def benchmark(args: argparse.Namespace, dsn: str) -> list[dict[str, Any]]:
     return results
 
 
+SMOKE: Final = {"clients": 10, "sessions": 5, "events": 2, "client_procs": 1, "runs": 1}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--clients", type=int, default=500, help="streams, spread over sessions")
@@ -354,7 +359,7 @@ def main() -> None:
     parser.add_argument("--client-procs", type=int, default=4)
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--profile", type=Path, default=None, help="py-spy output directory")
-    args = parser.parse_args()
+    args = arguments(parser, SMOKE)
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
     with postgres() as dsn:
