@@ -68,7 +68,7 @@ ERRORS: Final[dict[int | str, dict[str, Any]]] = {
     401: {"model": ErrorBody},
     404: {"model": ErrorBody},
     409: {"model": ErrorBody},
-    429: {"model": ErrorBody, "description": "Over the tenant's bounds (tenant_busy, rate_limited)"},
+    429: {"model": ErrorBody, "description": "Over the tenant's bounds"},
     503: {"model": ErrorBody},
 }
 
