@@ -64,6 +64,13 @@ def percentile(values: list[float], q: float) -> float:
 # -- the client processes --
 
 
+def _streams_allowed(clients: int) -> dict[str, str]:
+    """One tenant and one key hold every stream here: its bounds make room for them all (the
+    process's own connection cap stays what the benchmark measures against)."""
+    room = str(clients + 16)
+    return {"KEEL_TENANT_MAX_STREAMS": room, "KEEL_KEY_MAX_STREAMS": room}
+
+
 async def start_clients(
     args: argparse.Namespace, port: int, key: str | None, paths: list[str]
 ) -> list[Process]:
@@ -236,7 +243,8 @@ async def api_run(args: argparse.Namespace, dsn: str, profile: Path | None) -> d
         port = free_port()
         api = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "keel_stream", "api", "--port", str(port),
-            env={**os.environ, "KEEL_DATABASE_URL": bench.db, "KEEL_LOG_LEVEL": "warning"},
+            env={**os.environ, "KEEL_DATABASE_URL": bench.db, "KEEL_LOG_LEVEL": "warning",
+                 **_streams_allowed(args.clients)},
             stdout=asyncio.subprocess.DEVNULL,
         )  # fmt: skip
         try:
