@@ -18,7 +18,8 @@ Every error carries a stable machine-readable ``code`` and a ``retriable`` flag;
     │   ├── UnknownProjection           a read model that does not exist
     │   ├── PayloadTooLarge             a body or event over the size limit (413)
     │   ├── UnknownBackend              a backend the tenant's configuration does not declare
-    │   └── HistoryTooLong              a fork or point-in-time read of more events than allowed
+    │   ├── HistoryTooLong              a fork or point-in-time read of more events than allowed
+    │   └── SubagentReserved            a native write of a field or request id subagents own
     ├── NotFound                        (404)
     │   ├── TenantNotFound
     │   └── SessionNotFound             missing, or belongs to another tenant
@@ -33,7 +34,7 @@ Every error carries a stable machine-readable ``code`` and a ``retriable`` flag;
     ├── QuotaRefused                    the tenant's configuration refuses it (403/429)
     │   ├── UnmeteredRefused            a backend that reports no usage, and quota.unmetered is deny
     │   ├── ExternalQuotaExceeded       maxSessions or maxSessionsPerBackend reached (429)
-    │   └── RateLimited                 over a tenant's request, session or input rate (429)
+    │   └── RateLimited                 over a tenant's request, session or input rate (429, retriable)
     │       └── TenantBusy              a tenant or key holds as many streams/requests as it may
     ├── StoreError                      the store failed; nothing was committed (5xx)
     │   ├── StoreUnavailable            the database could not be reached (retriable)

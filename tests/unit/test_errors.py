@@ -1,7 +1,14 @@
 from __future__ import annotations
 
 import keel_stream.errors as errors_module
-from keel_stream.errors import BrokerUnavailable, KeelError, ProjectionBehind, StoreUnavailable
+from keel_stream.errors import (
+    BrokerUnavailable,
+    KeelError,
+    ProjectionBehind,
+    RateLimited,
+    StoreUnavailable,
+    TenantBusy,
+)
 
 
 def _error_classes() -> list[type[KeelError]]:
@@ -24,5 +31,12 @@ def test_every_error_is_documented_in_the_tree() -> None:
 
 
 def test_only_transient_errors_are_retriable() -> None:
+    # A tenant's rate or concurrency bound passes with time (Retry-After), so it is transient too.
     retriable = {cls for cls in _error_classes() if cls.retriable}
-    assert retriable == {StoreUnavailable, ProjectionBehind, BrokerUnavailable}
+    assert retriable == {
+        StoreUnavailable,
+        ProjectionBehind,
+        BrokerUnavailable,
+        RateLimited,
+        TenantBusy,
+    }
