@@ -38,7 +38,7 @@ from keel_stream.worker.agent_settings import (
     TenantConfigCache,
     TurnModel,
 )
-from keel_stream.worker.answers import Answer, ask_model
+from keel_stream.worker.answers import Answer, ask_model, generation_id
 from keel_stream.worker.calls import Attempt, CallRunner, ms
 from keel_stream.worker.compaction import Compactor
 from keel_stream.worker.decisions import answers_in, gate_calls
@@ -247,7 +247,7 @@ class AgentLoop:
             "content": [],
             "inputSeqs": [m["seq"] for m in transcript.waiting],
             "stopReason": StopReason.ERROR,
-            "generationId": f"g{io.claim.lease.epoch}-{record.turns + 1}",
+            "generationId": generation_id(io.claim, record.turns + 1),
             "errorMessage": error,
         }
         await io.commit(Kind.ASSISTANT_MESSAGE, payload)
