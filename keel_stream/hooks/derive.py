@@ -8,7 +8,8 @@ committed `assistant.message`; `turn.started` is the committed fact that made th
   the latest answer has its result), when no turn is open. A call gated by an `approval` is
   answered by a decision first, but every outcome ends in the call's tool.result (the worker
   runs the call, or answers it without running it), so the result is what makes the request
-  due. A result that carries a decision `cancel` stops the run instead: no turn is due;
+  due. A result that records a cancel (`cancelled: true`, the run's cancel closing a call; a
+  decision `cancel`; a cancelled subagent) stops the run instead: no turn is due;
 - an `assistant.message` with stopReason `error`: the run retries, so a new request is due at
   once (turn.finished then turn.started, at the same seq); `aborted` leaves nothing due.
 
@@ -175,7 +176,10 @@ def _subagent_end(call: str, subagent: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _cancels(payload: Mapping[str, Any]) -> bool:
-    """A result recording a decision `cancel`: the run stops rather than asking the model."""
+    """A result recording a cancel (the run's, a decision's `cancel`, a subagent's): the run
+    stops rather than asking the model."""
+    if payload.get("cancelled") is True:
+        return True
     decision = payload.get("decision")
     if isinstance(decision, dict) and decision.get("outcome") == "cancel":
         return True

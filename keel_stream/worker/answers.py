@@ -7,9 +7,10 @@ with an error result). A cancel stops the stream at once and keeps the text stre
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -27,7 +28,9 @@ from keel_stream.worker.providers.base import (
 )
 from keel_stream.worker.signals import Signals, Stopped, stream_unless_stopped
 
-__all__ = ["Answer", "ask_model"]
+__all__ = ["Answer", "ask_model", "generation_id"]
+
+_SESSION_TAG_CHARS: Final = 12
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +39,15 @@ class Answer:
     content: list[dict[str, Any]]
     finish: Finish
     cancelled: bool
+
+
+def generation_id(claim: Claim, turn: int) -> str:
+    """The id of the answer to an attempt's `turn`-th request: `g<epoch>-<turn>-<tag>`, the tag a
+    digest of the session id. Epoch and turn tell the session's own answers apart (and a retried
+    commit of one answer keeps its id); the tag keeps them apart from the answers a fork copied
+    with their keys from the sessions it forks (whose epochs and turns count from 1 too)."""
+    tag = hashlib.sha256(claim.session.encode()).hexdigest()[:_SESSION_TAG_CHARS]
+    return f"g{claim.lease.epoch}-{turn}-{tag}"
 
 
 def _uncommittable(arguments: Mapping[str, Any]) -> str | None:
@@ -78,11 +90,11 @@ async def ask_model(
     signals: Signals,
 ) -> Answer:
     """Stream one request; Stopped propagates only when fenced (a cancel ends the answer)."""
-    generation_id = f"g{claim.lease.epoch}-{turn}"
+    generation = generation_id(claim, turn)
     request = ProviderRequest(
         tenant=claim.tenant,
         session=claim.session,
-        generation_id=generation_id,
+        generation_id=generation,
         messages=messages,
         tools=tools,
         attempt=claim.attempts,
@@ -99,7 +111,7 @@ async def ask_model(
         async for item in stream_unless_stopped(provider.stream(request), signals):
             if isinstance(item, TextDelta):
                 await partials.publish(
-                    claim.tenant, claim.session, generation_id, len(text), item.text
+                    claim.tenant, claim.session, generation, len(text), item.text
                 )
                 text.append(item.text)
             elif isinstance(item, ToolCall):
@@ -116,5 +128,5 @@ async def ask_model(
     if text:
         content.append({"type": "text", "text": bounded_text("".join(text))})
     if not cancelled:
-        content += [_call_block(c, f"call-{generation_id}-{i}") for i, c in enumerate(calls)]
-    return Answer(generation_id, content, finish, cancelled)
+        content += [_call_block(c, f"call-{generation}-{i}") for i, c in enumerate(calls)]
+    return Answer(generation, content, finish, cancelled)

@@ -1,6 +1,11 @@
 """An attempt's tool calls: running the latest answer's calls that have no result yet, each as
 what it is: an ordinary call runs; a gated call runs as its decision's answer says, or waits; a
 `delegate` call creates its subagent and waits, or becomes the subagent's answer once reported.
+
+Once the attempt is cancelled nothing more runs and no subagent is started: a call that would
+run, or was running, gets an error result saying it was cancelled (seed 001 §5: a cancellation
+is not re-run), so no later attempt, a takeover's included, ever runs it; the calls that wait
+keep waiting (an open decision stays open; a subagent's cancel reaches it through its tree).
 """
 
 from __future__ import annotations
@@ -24,10 +29,11 @@ from keel_stream.worker.signals import Signals, Stopped, unless_stopped
 from keel_stream.worker.subagents import Delegations, report_resolution
 from keel_stream.worker.toolbox import Toolbox
 
-__all__ = ["Attempt", "CallRunner", "ms", "unanswered_calls"]
+__all__ = ["CANCELLED_TEXT", "Attempt", "CallRunner", "cancelled_result", "ms", "unanswered_calls"]
 
 Answered = dict[str, tuple[int, Mapping[str, Any]]]
 _WAIT: Final = "wait"
+CANCELLED_TEXT: Final = "cancelled: the run was cancelled before this call finished"
 
 
 def ms(since: float) -> int:
@@ -44,6 +50,21 @@ def unanswered_calls(state: TranscriptState) -> list[Mapping[str, Any]]:
             calls = tool_call_blocks({"content": message.get("content", [])})
             return [c for c in calls if c["id"] not in answered]
     return []
+
+
+def cancelled_result(call: Mapping[str, Any]) -> dict[str, Any]:
+    """The result of a call the run's cancel stopped (or kept from starting)."""
+    return {
+        "toolCallId": call["id"],
+        "content": [{"type": "text", "text": CANCELLED_TEXT}],
+        "isError": True,
+        "cancelled": True,
+    }
+
+
+def _runs(resolution: Resolution | None) -> bool:
+    """Whether answering the call runs a tool (not a result given without running one)."""
+    return resolution is None or resolution.arguments is not None
 
 
 @dataclass(slots=True)
@@ -77,32 +98,34 @@ class CallRunner:
         signals: Signals,
         attempt: Attempt,
     ) -> TranscriptState:
-        """Run the latest answer's calls that have no result yet, committing each result; the
-        calls that wait (an open decision, a running subagent) are left, and say so."""
-        waiting = cancelled = False
+        """Answer the latest answer's calls that have no result yet, committing each result; the
+        calls that wait (an open decision, a running subagent) are left, and say so. Once
+        cancelled, a call that would run is closed with a cancelled result instead."""
+        waiting = False
         for call in unanswered_calls(transcript):
-            resolution = await self._resolution(io, call, attempt, start=not cancelled)
+            stopping = record.cancelled or signals.cancel.is_set()
+            resolution = await self._resolution(io, call, attempt, stopping=stopping)
             if resolution == _WAIT:
                 waiting = True
                 continue
             assert not isinstance(resolution, str)
-            if cancelled and (resolution is None or resolution.arguments is not None):
-                continue  # once cancelled nothing more runs; results already given are recorded
-            event = await self.run_tool(io, call, record, signals, attempt.toolbox, resolution)
-            if event is None:
-                break
+            event = None
+            if not (stopping and _runs(resolution)):
+                event = await self.run_tool(io, call, record, signals, attempt.toolbox, resolution)
+            if event is None:  # the cancel came before or while it ran
+                event = await io.commit(Kind.TOOL_RESULT, cancelled_result(call))
             transcript = TRANSCRIPT.apply_many(transcript, [event])
-            cancelled = cancelled or (resolution is not None and resolution.cancel)
-        if cancelled:
-            record.cancelled, record.stop_reason = True, StopReason.ABORTED
-        record.waiting = waiting and not cancelled
+            if signals.cancel.is_set() or (resolution is not None and resolution.cancel):
+                record.cancelled, record.stop_reason = True, StopReason.ABORTED
+        record.waiting = waiting and not record.cancelled
         return transcript
 
     async def _resolution(
-        self, io: SessionIO, call: Mapping[str, Any], attempt: Attempt, *, start: bool = True
+        self, io: SessionIO, call: Mapping[str, Any], attempt: Attempt, *, stopping: bool
     ) -> Resolution | str | None:
-        """How the call is answered: None (run it), a Resolution, or _WAIT; a subagent is
-        started for a delegate call only when `start`."""
+        """How the call is answered: None (run it), a Resolution, or _WAIT. A subagent is
+        started for a delegate call unless `stopping`; then a call whose subagent was never
+        started is answered as one that would run (it is closed as cancelled)."""
         call_id = str(call["id"])
         if approval_of(call) is not None:
             answered = attempt.answers.get(call_id)
@@ -112,9 +135,10 @@ class CallRunner:
         reported = attempt.reports.get(call_id)
         if reported is not None:
             return report_resolution(call, *reported)
-        if not start:
-            return _WAIT
         claim = io.claim
+        if stopping:
+            started = await self._delegations.started(claim.tenant, claim.session, call)
+            return _WAIT if started else None
         refused = await self._delegations.ensure(
             claim.tenant, claim.session, call, attempt.history, attempt.limits
         )

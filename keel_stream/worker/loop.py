@@ -38,7 +38,7 @@ from keel_stream.worker.agent_settings import (
     TenantConfigCache,
     TurnModel,
 )
-from keel_stream.worker.answers import Answer, ask_model
+from keel_stream.worker.answers import Answer, ask_model, generation_id
 from keel_stream.worker.calls import Attempt, CallRunner, ms
 from keel_stream.worker.compaction import Compactor
 from keel_stream.worker.decisions import answers_in, gate_calls
@@ -110,7 +110,7 @@ class AgentLoop:
         record = AttemptRecord()
         try:
             if claim.taken_over:
-                await self._start_waiting_subagents(io, signals)
+                await self._resume_calls(io, signals)
                 return await self._settler.settle_abandoned(io)
             await self._attempt(io, record, signals)
             record.duration_ms = ms(record.started)
@@ -128,11 +128,15 @@ class AgentLoop:
             record.duration_ms = ms(record.started)
             return await self._settler.settle(io, record, crashed=True)
 
-    async def _start_waiting_subagents(self, io: SessionIO, signals: Signals) -> None:
-        """A worker that died right after committing `delegate` calls may not have created
-        their subagents: the takeover does (every step is keyed), whatever the run's budget."""
+    async def _resume_calls(self, io: SessionIO, signals: Signals) -> None:
+        """What the dead worker's calls still need from a takeover, whatever the run's budget:
+        a worker that died right after committing `delegate` calls may not have created their
+        subagents (created now; every step is keyed); and if the run's cancel was asked (then
+        `signals.cancel` is set at the claim), every call that would run is closed as cancelled
+        (keel_stream.worker.calls) so that no later attempt runs it."""
         history = await io.read_log()
-        if not InputTally().observe_many(history).account(io.claim.read_watermark).waiting:
+        account = InputTally().observe_many(history).account(io.claim.read_watermark)
+        if not account.waiting and not signals.cancel.is_set():
             return
         attempt = await self._setup(io.claim.tenant, history)
         transcript = TRANSCRIPT.apply_many(TRANSCRIPT.initial(), history)
@@ -247,7 +251,7 @@ class AgentLoop:
             "content": [],
             "inputSeqs": [m["seq"] for m in transcript.waiting],
             "stopReason": StopReason.ERROR,
-            "generationId": f"g{io.claim.lease.epoch}-{record.turns + 1}",
+            "generationId": generation_id(io.claim, record.turns + 1),
             "errorMessage": error,
         }
         await io.commit(Kind.ASSISTANT_MESSAGE, payload)

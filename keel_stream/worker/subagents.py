@@ -168,6 +168,10 @@ class Delegations:
         )  # fmt: skip
         return None
 
+    async def started(self, tenant: str, parent: str, call: Mapping[str, Any]) -> bool:
+        """Whether the call's child has its task (a worker may die before creating it)."""
+        return await self._known(tenant, child_session_id(parent, str(call["id"])))
+
     async def _known(self, tenant: str, child: str) -> bool:
         return bool(await self._ledger.read_events(tenant, child, after=0, limit=1))
 

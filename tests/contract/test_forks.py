@@ -12,8 +12,11 @@ from keel_stream.errors import (
     SessionExists,
     SessionNotFound,
 )
-from keel_stream.kernel import CommitRequest, Event
+from keel_stream.kernel import CommitRequest, Event, RunStatus, account_inputs
 from keel_stream.store import ExternalMarkers
+from keel_stream.worker.loop import AgentLoop, Signals
+from keel_stream.worker.partials import PartialsPublisher
+from keel_stream.worker.providers import FakeProvider
 from tests.contract.conftest import Adapter
 from tests.contract.test_store_contract import answer, say, settled_through
 
@@ -83,6 +86,33 @@ async def test_a_fork_of_a_fork_keeps_the_origin(adapter: Adapter) -> None:
         assert event.metadata is not None
         assert event.metadata["forkedFrom"]["session"] == "a"
         assert event.metadata["origin"] == {"session": "s1", "seq": event.seq}
+
+
+async def test_a_worker_answers_on_a_fork_of_a_session_it_answered(adapter: Adapter) -> None:
+    """The fork's answers are its own: none collides with the answers it copied (whose
+    epochs and turns count from 1 like the fork's)."""
+    runs = adapter.runs("w", 10)
+    loop = AgentLoop(adapter.ledger, runs, FakeProvider(), PartialsPublisher(None, "partials"))
+
+    async def answered(session: str, text: str) -> None:
+        await adapter.ledger.commit(
+            CommitRequest(tenant_id="acme", session_id=session, kind="user.message",
+                          payload={"text": text}, key=f"{session}-{text}")
+        )  # fmt: skip
+        claim = await runs.claim()
+        assert claim is not None
+        assert claim.session == session
+        assert (await loop.run_attempt(claim, Signals())).status is RunStatus.DONE
+
+    for text in ('[[tool:echo {"n": 1}]] q1', "q2", "q3"):
+        await answered("s1", text)
+    await adapter.ledger.fork("acme", "s1", session_id="f")
+    await answered("f", '[[tool:echo {"n": 4}]] q4')
+    events = await log(adapter, "f")
+    assert account_inputs(events).unanswered == ()
+    keys = [e.payload.get("generationId") or e.payload.get("toolCallId") for e in events]
+    keyed = [k for k in keys if k is not None]
+    assert len(keyed) == len(set(keyed)) == 4 + 4, keyed
 
 
 async def test_a_fork_keeps_the_idempotency_keys(adapter: Adapter) -> None:

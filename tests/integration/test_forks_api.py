@@ -8,13 +8,14 @@ import asyncpg
 import httpx
 import pytest
 
-from keel_stream.kernel import CommitRequest, Event, LeaseToken
+from keel_stream.kernel import CommitRequest, Event, LeaseToken, account_inputs
 from keel_stream.projections import RUN_STATUS, TRANSCRIPT, Projection, fold
 from keel_stream.store import PostgresLedger
 from keel_stream.store.keys import KeyStore
 from tests.support.api import Api, serve_api
 from tests.support.kafka import KafkaServer
 from tests.support.ledger import grant_lease
+from tests.support.workers import settled, worker_task
 
 LEASE = LeaseToken(owner="w1", epoch=1)
 
@@ -124,7 +125,7 @@ async def test_fork_refusals_have_their_codes(
 
 
 async def test_a_fork_owing_a_run_is_answered_and_one_at_the_head_is_not(
-    api: Api, ledger: PostgresLedger, pool: asyncpg.Pool
+    api: Api, ledger: PostgresLedger, pool: asyncpg.Pool, database_dsn: str
 ) -> None:
     await a_session_with_a_tool_turn(ledger, pool)
     async with api.client() as client:
@@ -138,3 +139,15 @@ async def test_a_fork_owing_a_run_is_answered_and_one_at_the_head_is_not(
             "SELECT count(*) FROM outbox WHERE tenant_id = 'acme' AND session_id = $1", done["id"]
         )
         assert outbox == 5, "each copy is published like any commit"
+        async with worker_task(database_dsn):
+            for fork in (owed, mid):
+                await settled(pool, fork["id"], "done", "failed")
+            said = await client.post(f"/v1/sessions/{done['id']}/input", json={"text": "more"})
+            assert said.status_code == 201, said.text
+            await settled(pool, done["id"], "done", "failed")
+    for fork in (owed, mid, done):
+        events = await ledger.read_events("acme", fork["id"])
+        assert account_inputs(events).unanswered == (), fork
+        assert not account_inputs(events).owed_turn, fork
+        summaries = [e.payload["status"] for e in events if e.kind == "run.finished"]
+        assert summaries[-1] == "done", (fork, summaries)

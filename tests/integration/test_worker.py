@@ -377,3 +377,59 @@ async def test_a_cancel_survives_a_takeover(
     assert second.lease.epoch == first.lease.epoch + 1
     beat = await second_runs.heartbeat(second)
     assert beat.cancel_requested, "the new owner must see the cancel"
+
+
+def assert_cancelled_call_never_ran_again(events: list[Event], new_input: int) -> None:
+    """The answer's one call got one result, an error saying it was cancelled, committed by the
+    cancelled attempt; no later attempt ran it (no timing, no other result); the new input was
+    answered after it."""
+    (call,) = [b for e in answers(events) for b in e.payload["content"] if b["type"] == "toolCall"]
+    (result,) = [e for e in events if e.kind == "tool.result"]
+    assert result.payload["toolCallId"] == call["id"]
+    assert result.payload["isError"] is True
+    assert "cancelled" in result.payload["content"][0]["text"]
+    summaries = [e for e in events if e.kind == "run.finished"]
+    assert [s.payload["status"] for s in summaries] == ["cancelled", "done"]
+    assert result.seq < summaries[0].seq, "the cancelled attempt closed its call"
+    assert [t for s in summaries for t in s.payload["toolTimings"]] == [], "the call ran again"
+    final = answers(events)[-1]
+    assert (final.payload["inputSeqs"], final.payload["stopReason"]) == ([new_input], "end_turn")
+
+
+async def test_a_cancelled_tool_call_is_never_run_again(
+    ledger: PostgresLedger, pool: asyncpg.Pool, database_dsn: str, session: tuple[str, str]
+) -> None:
+    async with worker_task(database_dsn):
+        await say(ledger, '[[tool:sleep {"seconds": 5}]] wait for it', "r1")
+        await tool_call_committed(ledger, "s1")
+        assert await RunStore(pool, "api", 1).request_cancel("acme", "s1")
+        await settled(pool, "s1", "failed")
+        new_input = await say(ledger, "are you there", "r2")
+        await settled(pool, "s1", "done", "failed")
+    assert_cancelled_call_never_ran_again(await log_of(ledger, "s1"), new_input)
+
+
+async def test_a_cancelled_tool_call_is_not_run_by_the_takeover_of_a_dead_worker(
+    ledger: PostgresLedger,
+    pool: asyncpg.Pool,
+    database_dsn: str,
+    session: tuple[str, str],
+    tmp_path: Path,
+) -> None:
+    first = await WorkerProcess(database_dsn, tmp_path).start()
+    try:
+        await say(ledger, '[[tool:sleep {"seconds": 5}]] wait for it', "r1")
+        await tool_call_committed(ledger, "s1", timeout_s=60)
+        assert first.process is not None
+        first.process.send_signal(signal.SIGSTOP)  # frozen mid-call: it never sees the cancel
+        assert await RunStore(pool, "api", 1).request_cancel("acme", "s1")
+    finally:
+        await first.signal(signal.SIGKILL)
+    async with worker_task(database_dsn):
+        await settled(pool, "s1", "failed")
+        new_input = await say(ledger, "are you there", "r2")
+        await settled(pool, "s1", "done", "failed")
+    events = await log_of(ledger, "s1")
+    assert_cancelled_call_never_ran_again(events, new_input)
+    summaries = [e.payload for e in events if e.kind == "run.finished"]
+    assert [s.get("abandonedEpoch") for s in summaries] == [1, None]

@@ -305,7 +305,8 @@ async def test_cancel_reaches_a_running_tool_at_once(
         took = time.monotonic() - asked
     events = await log_of(ledger, "s1")
     assert summaries(events) == ["cancelled"]
-    assert not [e for e in events if e.kind == "tool.result"], "the abandoned call has no result"
+    (result,) = [e.payload for e in events if e.kind == "tool.result"]
+    assert (result["isError"], result.get("cancelled")) == (True, True), "closed as cancelled"
     assert took < 1.0, f"cancel took {took:.2f} s"
 
 

@@ -339,3 +339,26 @@ async def test_a_takeover_creates_the_subagents_a_dead_worker_asked_for() -> Non
         await wait_until(answered, 10, "the parent's answer after its subagent", interval_s=0.01)
     results = [e.payload for e in await log(store) if e.kind == "tool.result"]
     assert [(r["toolCallId"], r["content"][0]["text"]) for r in results] == [("c1", "echo: alpha")]
+
+
+async def test_a_call_cancelled_beside_one_waiting_on_a_decision_is_never_run_again() -> None:
+    """The cancel ends the attempt cancelled (not waiting): the running call is closed with a
+    cancelled result, so the decision's answer later runs only the gated call."""
+    from tests.support.decisions import ALL_OUTCOMES, policy
+
+    store = await new_store()
+    gated = '[[tool:echo {"gated": true}]] [[tool:sleep {"seconds": 30}]] go'
+    async with worker(store, boot_config=policy(echo=ALL_OUTCOMES)):
+        await say(store, gated, "r1")
+        await wait_until(lambda: _asked_for_tools(store), 10, "the tool calls", interval_s=0.01)
+        assert await store.runs("api", 1).request_cancel("acme", "s1")
+        await settled(store, "failed", "done")
+    events = await log(store)
+    (answer,) = [e for e in events if e.kind == "assistant.message"]
+    echo, sleep = [b for b in answer.payload["content"] if b["type"] == "toolCall"]
+    (result,) = [e.payload for e in events if e.kind == "tool.result"]
+    assert (result["toolCallId"], result["isError"], result.get("cancelled")) == (
+        sleep["id"], True, True,
+    )  # fmt: skip
+    assert [e.payload["status"] for e in events if e.kind == "run.finished"] == ["cancelled"]
+    assert account_inputs(events).open_decisions == (echo["id"],), "the decision stays open"

@@ -187,6 +187,20 @@ def test_a_cancelled_decision_stops_the_run_and_starts_no_turn() -> None:
     assert _hooks(events)[-2:] == [("decision.answered", 3, "call_1"), ("turn.started", 5, "")]
 
 
+def test_a_call_closed_by_the_runs_cancel_starts_no_turn() -> None:
+    from keel_stream.worker.calls import cancelled_result
+
+    events = _events(
+        USER,
+        _answer("tool_use", _call("call_1")),
+        ("tool.result", cancelled_result({"id": "call_1"})),
+        FINISHED,
+        USER,
+    )
+    starts = [h for h in _hooks(events) if h[0] == "turn.started"]
+    assert starts == [("turn.started", 1, ""), ("turn.started", 5, "")]
+
+
 def test_a_decision_is_not_an_input() -> None:
     events = _events(USER, _answer("end_turn"), _decision("call_9", "approve"))
     assert _hooks(events)[-1] == ("decision.answered", 3, "call_9")
