@@ -71,6 +71,7 @@ class _Run:
     last_input_seq: int = 0
     read_watermark: int = 0
     cancel_requested: bool = False
+    not_before: float | None = None
     updated: int = 0
 
 
@@ -291,6 +292,7 @@ class MemoryStore:
             c
             for c in native
             if c[3].status == _PENDING
+            and (c[3].not_before is None or c[3].not_before <= now)
             and (fairness.tenant_cap == 0 or running[c[0]] < fairness.tenant_cap)
         ]
         if not pending:
@@ -364,6 +366,8 @@ class MemoryRuns:
         run.lease_owner = run.lease_expires_at = None
         run.read_watermark = max(run.read_watermark, settlement.read_watermark)
         run.cancel_requested = False
+        wait = settlement.retry_after_s
+        run.not_before = self._store.now() + wait if wait is not None and wait > 0 else None
         run.updated = self._store.tick()
         return RunStatus(run.status)
 

@@ -152,6 +152,9 @@ class Settlement:
     accounted_through: int
     """The highest seq the attempt read: an input after it was never presented."""
     fresh_budget: bool
+    retry_after_s: float | None = None
+    """The model server asked to wait this long (Retry-After on the failure that ended the
+    attempt): no worker claims the run again before it has passed, whatever input arrives."""
 
 
 @dataclass(frozen=True)
@@ -171,7 +174,8 @@ class Runs(Protocol):
     """The run rows, as one worker (its owner name and lease ttl) sees them."""
 
     async def claim(self, fairness: ClaimFairness = NO_FAIRNESS) -> Claim | None:
-        """A pending run, or a running one whose lease expired (a takeover); the epoch rises.
+        """A pending run (past the wait it settled with), or a running one whose lease expired
+        (a takeover); the epoch rises.
         Pending runs of the tenants with the fewest running attempts go first (oldest first
         among equals); `fairness` names tenants to pass over and a per-tenant cap."""
         ...
@@ -182,7 +186,8 @@ class Runs(Protocol):
 
     async def settle(self, claim: Claim, settlement: Settlement) -> RunStatus | None:
         """Settle under the lease: the run's new status, or None if the lease was gone.
-        Input committed after `accounted_through` makes the run pending with a fresh budget."""
+        Input committed after `accounted_through` makes the run pending with a fresh budget.
+        The run is not claimable before `retry_after_s` has passed (from the settle)."""
         ...
 
     async def release(self, claim: Claim) -> bool:

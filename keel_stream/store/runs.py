@@ -74,6 +74,7 @@ class PostgresRuns:
                 settlement.read_watermark,
                 settlement.accounted_through,
                 settlement.fresh_budget,
+                settlement.retry_after_s,
             )
         return None if row is None else RunStatus(row["status"])
 

@@ -295,6 +295,7 @@ class AgentLoop:
         elif finish.stop_reason == StopReason.ERROR:
             record.failed, record.error = True, finish.error
             record.permanent = finish.permanent
+            record.retry_after_s = finish.retry_after_s
             if finish.error:
                 payload["errorMessage"] = finish.error
         return await io.commit(Kind.ASSISTANT_MESSAGE, payload)

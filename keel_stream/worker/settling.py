@@ -71,6 +71,8 @@ class AttemptRecord:
     abandoned_epoch: int | None = None
     """For an attempt whose worker died: the epoch it ran under (its summary is committed
     under the epoch of the worker that took the run over)."""
+    retry_after_s: float | None = None
+    """The model server asked to wait this long when the attempt failed (Retry-After)."""
 
     def add_usage(self, usage: Mapping[str, int] | None) -> None:
         for key, value in (usage or {}).items():
@@ -221,6 +223,7 @@ class Settler:
             read_watermark=max(inputs.answered, default=0),
             accounted_through=log[-1].seq if log else 0,
             fresh_budget=fresh_budget(outcome),
+            retry_after_s=record.retry_after_s,
         )
         settled = await self._runs.settle(claim, settlement)
         if settled is not None:

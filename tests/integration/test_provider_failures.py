@@ -87,12 +87,23 @@ async def test_done_without_finish_reason_is_a_failed_request() -> None:
     assert "[DONE] without a finish_reason" in (_failed(events).error or "")
 
 
-async def test_finish_reason_without_done_is_an_answer() -> None:
+async def test_a_stream_cut_after_its_finish_reason_is_a_failed_request() -> None:
     async with chat_server() as (url, server):
         server.faults.append(Fault(cut_after_chunks=3))
         events = await _events(_provider(url))
-    assert events == [*ANSWER[:2], Finish("end_turn")]
-    assert len(server.requests) == 1
+    assert events[:2] == ANSWER[:2]
+    assert "before [DONE]" in (_failed(events).error or ""), "the usage after it was lost"
+    assert len(server.requests) == 1, "text was streamed already: no retry"
+
+
+@pytest.mark.parametrize(("chunks", "drop"), [(2, False), (3, True)])
+async def test_a_tool_call_stream_cut_before_done_is_retried(chunks: int, drop: bool) -> None:
+    async with chat_server() as (url, server):
+        # The call, its finish_reason (and the usage): then the end, or a dropped connection.
+        server.faults.append(Fault(tool_arguments='{"q": "x"}', cut_after_chunks=chunks, drop=drop))
+        events = await _events(_provider(url))
+    assert events == ANSWER, "no text had reached the run: the request is tried again"
+    assert len(server.requests) == 2
 
 
 async def test_stream_cut_before_any_text_is_retried() -> None:

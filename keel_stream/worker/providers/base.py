@@ -91,6 +91,9 @@ class Finish:
     error: str | None = None
     permanent: bool = False
     """A deterministic failure (e.g. HTTP 401, 400): retrying cannot help, the run fails at once."""
+    retry_after_s: float | None = None
+    """With an error: the wait the server asked for on the failure that ended the request
+    (Retry-After, retry-after-ms); the run's next attempt waits it out too."""
 
 
 ProviderEvent = TextDelta | ToolCall | Finish

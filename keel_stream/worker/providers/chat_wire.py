@@ -142,8 +142,9 @@ def _tool_call(call: Mapping[str, str]) -> ToolCall:
 class ChatStream:
     """One streamed completion, assembled chunk by chunk.
 
-    Complete only once a finish_reason arrived: `[DONE]` alone does not make an answer (a proxy
-    may end a cut stream with it), and a finish_reason without `[DONE]` does."""
+    Complete only once a finish_reason arrived and `[DONE]` ended the stream: `[DONE]` alone
+    does not make an answer (a proxy may end a cut stream with it), and a stream cut after its
+    finish_reason lost what follows it (the usage the request asks for)."""
 
     finish_reason: str | None = None
     usage: dict[str, int] | None = None
@@ -184,9 +185,11 @@ class ChatStream:
 
     @property
     def complete(self) -> bool:
-        return self.finish_reason is not None
+        return self.finish_reason is not None and self.done
 
     def incomplete_error(self) -> str:
+        if self.finish_reason is not None:
+            return "stream incomplete: cut after its finish_reason, before [DONE]"
         ending = "[DONE]" if self.done else "the end of the stream"
         return f"stream incomplete: {ending} without a finish_reason"
 

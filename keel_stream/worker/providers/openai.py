@@ -1,8 +1,10 @@
 """An OpenAI-compatible chat-completions provider over httpx, streaming (SSE).
 
 A request that fails before any text reached the caller is retried (HTTP 408/409/429/5xx,
-transport errors, a stream cut before its finish_reason) with backoff; once text was streamed a
-failure ends the answer. Other 4xx are permanent: no retry, `Finish.permanent`.
+transport errors, a stream cut before its `[DONE]`) with backoff; once text was streamed a
+failure ends the answer. Other 4xx are permanent: no retry, `Finish.permanent`. Giving up on a
+failure that asked to wait (Retry-After) reports the wait (`Finish.retry_after_s`): the run's
+next attempt is not claimed before it has passed.
 
 A stream that sends no event for the stall bound is cut (a retriable failure, like a cut
 stream); a request, its retries included, ends after the total bound (keel_stream.worker.limits).
@@ -108,7 +110,12 @@ class OpenAIProvider:
                     failure = dataclasses.replace(failure, retriable=False)
                 if not await retry_pause(self._retry, failure, attempt, deadline.remaining()):
                     error = self._retry.final_error(failure, attempt)
-                    yield Finish("error", error=error, permanent=failure.permanent)
+                    yield Finish(
+                        "error",
+                        error=error,
+                        permanent=failure.permanent,
+                        retry_after_s=failure.retry_after_s,
+                    )
                     return
 
     async def _stream_once(
@@ -133,11 +140,11 @@ class OpenAIProvider:
                     for text in chat.feed(sse.data):
                         yield TextDelta(text)
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
-            if not chat.complete:  # a connection lost after the finish_reason lost nothing
+            if not chat.complete:  # a connection lost after [DONE] lost nothing
                 yield send_failure(exc)
                 return
         except StreamTimeout as exc:
-            if not chat.complete:  # a stall after the finish_reason lost nothing either
+            if not chat.complete:  # a stall after [DONE] lost nothing either
                 yield Failure(str(exc), retriable=isinstance(exc, Stalled))
                 return
         except WireError as exc:

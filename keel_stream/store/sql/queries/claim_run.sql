@@ -7,7 +7,8 @@
 -- owner first settles the attempt that died (taken_over), then starts the next one if the policy
 -- allows. cancel_requested is left as it is: a cancel asked of an attempt that died, or of a run
 -- not claimed yet (a subagent tree cancelled), is meant for the attempt that claims it; settling
--- clears it.
+-- clears it. A pending run whose not_before has not come yet waits (the model server asked the
+-- attempt that settled it to wait: Retry-After); a takeover's run never has one (it is running).
 -- Fairness: $3 names tenants the claiming worker already runs its share of (skipped by both
 -- probes); $4 caps running attempts per tenant across all workers (0: no cap). Pending runs of the
 -- tenants with the fewest running attempts go first, oldest first among equals: one tenant's
@@ -43,6 +44,7 @@ FROM (
             WHERE b.tenant_id = c.tenant_id AND b.status = 'running'
         ) AS busy ON true
         WHERE c.status = 'pending' AND s.state_owner <> 'external'
+          AND (c.not_before IS NULL OR c.not_before <= now())
           AND NOT c.tenant_id = ANY($3::text[])
           AND ($4::int = 0 OR busy.running < $4::int)
         ORDER BY busy.running, c.updated_at
