@@ -38,6 +38,7 @@ from keel_stream.gateway.backend import Backend, BackendContext
 from keel_stream.gateway.config import TenantConfig
 from keel_stream.gateway.connection import Supervision
 from keel_stream.gateway.errors import BackendUnavailable, GatewayError
+from keel_stream.gateway.jsonrpc import DEFAULT_MAX_LINE_BYTES
 from keel_stream.gateway.pidfiles import PidRegistry, SweepReport, sweep
 from keel_stream.gateway.recorder import Direction, ExternalTarget, Recorder, base_payload
 from keel_stream.kernel import Kind, Submission
@@ -94,9 +95,11 @@ class ExternalAgents:
         environ: Mapping[str, str] | None = None,
         cache_s: float = 2.0,
         data_dir: Path | None = None,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
     ) -> None:
         """With ``data_dir``: stdio spawns are audited (gateway/audit.jsonl) and get a pidfile
-        (gateway/pids/), and ``start`` first sweeps what a SIGKILLed runtime left there."""
+        (gateway/pids/), and ``start`` first sweeps what a SIGKILLed runtime left there.
+        ``max_line_bytes`` (KEEL_RPC_MAX_LINE_BYTES) bounds every message a backend sends."""
         self._ledger = ledger
         self._store = store
         self._configs = configs
@@ -113,6 +116,7 @@ class ExternalAgents:
             environ or dict(os.environ),
             self._audit,
             self._registry,
+            max_line_bytes,
         )
         self._cache_s = cache_s
         self._documents: dict[str, tuple[float, str, TenantConfig]] = {}

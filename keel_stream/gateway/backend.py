@@ -19,6 +19,7 @@ from keel_stream.gateway.client import GatewayClient
 from keel_stream.gateway.config import BackendSpec, Quota
 from keel_stream.gateway.connection import Connection, ConnectionHooks, Supervision
 from keel_stream.gateway.errors import GatewayError
+from keel_stream.gateway.jsonrpc import DEFAULT_MAX_LINE_BYTES
 from keel_stream.gateway.pidfiles import PidRegistry
 from keel_stream.gateway.protocol import Event as BackendEvent
 from keel_stream.gateway.protocol import ProviderKind
@@ -42,7 +43,9 @@ class BackendContext:
         environ: Mapping[str, str],
         audit: AuditLog | None = None,
         registry: PidRegistry | None = None,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
     ) -> None:
+        self.max_line_bytes = max_line_bytes
         self.ledger = ledger
         self.store = store
         self.recorder = recorder
@@ -72,6 +75,7 @@ class Backend:
             environ=ctx.environ,
             audit=ctx.audit,
             registry=ctx.registry,
+            max_line_bytes=ctx.max_line_bytes,
         )
         where = f"external.backends.{name}" + (f" (tenant {scope})" if scope else "")
         self.connection = Connection(where, spec, ProviderKind.AGENT, hooks, ctx.supervision)
