@@ -10,8 +10,11 @@ unavailable (Keel does not fake a resume).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import uuid
 from collections.abc import Mapping
+
+import orjson
 
 from keel_stream.errors import ExternalQuotaExceeded, SessionExists, UnmeteredRefused
 from keel_stream.gateway.audit import AuditLog
@@ -28,7 +31,15 @@ from keel_stream.logs import get_logger
 from keel_stream.store.external_sessions import ExternalSessions
 from keel_stream.store.protocol import ExternalMarkers, ExternalStatus, Ledger, Metering
 
-__all__ = ["Backend", "BackendContext"]
+__all__ = ["Backend", "BackendContext", "backend_key"]
+
+_SORTED = orjson.OPT_SORT_KEYS
+
+
+def backend_key(scope: str, name: str, spec: BackendSpec) -> tuple[str, str, str]:
+    """A backend connection's identity: a changed declaration is another connection."""
+    digest = hashlib.sha256(orjson.dumps(spec.model_dump(mode="json"), option=_SORTED))
+    return scope, name, digest.hexdigest()[:16]
 
 
 class BackendContext:
@@ -210,3 +221,22 @@ class Backend:
 
     async def close(self) -> None:
         await self.connection.close()
+
+    def take_over(self, targets: list[ExternalTarget]) -> None:
+        """Serve a retired predecessor's sessions: resumed when the connection comes up."""
+        for target in targets:
+            self.sessions[target.ref] = target
+        self.connection.activate()
+
+    async def retire(self, reason: str) -> list[ExternalTarget]:
+        """Leave for good: the connection is closed (a stdio provider asked to shut down, its
+        group reclaimed; nothing restarts it) and every session it served is marked
+        unavailable with ``reason``; those sessions, for a successor to resume."""
+        await self.connection.close()
+        targets, self.sessions = list(self.sessions.values()), {}
+        for target in targets:
+            try:
+                await self._mark(target, ExternalStatus.BACKEND_UNAVAILABLE, reason)
+            except Exception as exc:  # noqa: BLE001 - the others are still marked
+                self._log.warning("session not marked", session=target.session, error=str(exc))
+        return [t for t in targets if t.status != ExternalStatus.CLOSED]
