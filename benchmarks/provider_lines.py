@@ -8,6 +8,7 @@ ToolProvider that answers every ``tools.call`` with one line of ``--line-mb`` MB
 each line comes from a freshly started provider.  Every call must end as an isError result within
 ``--bound-s``; the provider is then left to its reclaim.  The resident set (VmRSS) of this
 process is read before the first call and after the last (and every provider's group reclaimed).
+Then the providers are closed as at the worker's stop, within ``--bound-s``.
 ``--smoke``: 2 lines of 16 MB.  Last line: one JSON object.
 """
 
@@ -75,7 +76,11 @@ async def measure(lines: int, line_bytes: int, limit: int, bound_s: float) -> di
     left = len(processes_with(marker))
     gc.collect()
     after = rss_mb()
-    await asyncio.wait_for(providers.aclose(), bound_s)
+    try:  # the worker's stop: every connection closed, every group reclaimed
+        await asyncio.wait_for(providers.aclose(), bound_s)
+        closed = True
+    except TimeoutError:
+        closed = False
     return {
         "lines": lines,
         "lineMB": round(line_bytes / 1e6, 1),
@@ -87,6 +92,7 @@ async def measure(lines: int, line_bytes: int, limit: int, bound_s: float) -> di
         "rssBeforeMB": round(before, 1),
         "rssAfterMB": round(after, 1),
         "rssGrowthMB": round(after - before, 1),
+        "closedWithinBound": closed,
         "seconds": round(elapsed, 2),
     }
 
