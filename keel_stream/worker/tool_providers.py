@@ -304,6 +304,7 @@ class ToolProviders:
         """``max_line_bytes`` (KEEL_RPC_MAX_LINE_BYTES) bounds every message of a keel
         ToolProvider; ``transports`` replaces how they are reached (tests)."""
         self._environ = os.environ if environ is None else environ
+        self._max_line_bytes = max_line_bytes
         self._transports = transports or partial(declared_transport, max_line_bytes=max_line_bytes)
         self._connections: dict[tuple[str, str], ToolConnection] = {}
         self._closing: set[asyncio.Task[None]] = set()
@@ -312,7 +313,9 @@ class ToolProviders:
         if spec.protocol == "mcp":
             from keel_stream.worker.mcp_connection import McpConnection
 
-            return McpConnection(tenant, name, spec, self._environ)
+            return McpConnection(
+                tenant, name, spec, self._environ, max_line_bytes=self._max_line_bytes
+            )
         return ProviderConnection(tenant, name, spec, self._environ, transports=self._transports)
 
     def for_tenant(self, tenant: str, declared: Mapping[str, ToolSpec]) -> list[ToolConnection]:

@@ -18,6 +18,7 @@ import pytest
 
 from keel_stream.gateway.audit import AuditLog
 from keel_stream.gateway.client import GatewayClient
+from keel_stream.gateway.config import ToolSpec
 from keel_stream.gateway.errors import BackendUnavailable
 from keel_stream.gateway.http import HttpTransport
 from keel_stream.gateway.pidfiles import group_members
@@ -30,6 +31,7 @@ from keel_stream.store import PostgresLedger
 from keel_stream.store.tenant_configs import TenantConfigs
 from keel_stream.worker.agent_settings import ModelProviders
 from keel_stream.worker.providers import OpenAIProvider
+from keel_stream.worker.tool_providers import ToolProviders
 from tests.support.api import serve_api
 from tests.support.chat_server import Fault, chat_server
 from tests.support.wait import wait_until
@@ -210,3 +212,46 @@ async def test_an_http_answer_over_the_limit_fails_the_request_and_the_connectio
         await client.aclose()
     finally:
         await process.terminate(grace_s=0.0)
+
+
+MCP_SERVER = """\
+import json, sys
+size = int(sys.argv[1])
+for raw in sys.stdin:
+    msg = json.loads(raw)
+    if "id" not in msg:
+        continue
+    method, result = msg.get("method"), {}
+    if method == "initialize":
+        result = {"protocolVersion": msg["params"]["protocolVersion"],
+                  "capabilities": {"tools": {}}, "serverInfo": {"name": "big", "version": "1"}}
+    elif method == "tools/list":
+        result = {"tools": [{"name": "big", "inputSchema": {"type": "object"}}]}
+    elif method == "tools/call":
+        result = {"content": [{"type": "text", "text": "x" * size}], "isError": False}
+    print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}), flush=True)
+"""
+"""A minimal MCP server over stdio whose one tool answers ``size`` bytes of text."""
+
+
+async def test_an_mcp_server_line_over_the_limit_is_an_error_result_and_its_group_is_killed() -> (
+    None
+):
+    marker = _marker()
+    declared = {
+        "protocol": "mcp",
+        "transport": "stdio",
+        "command": sys.executable,
+        "args": ["-c", MCP_SERVER, str(4 * 1024 * 1024), marker],
+    }
+    spec = ToolSpec.model_validate(declared)
+    providers = ToolProviders(ENV, max_line_bytes=1024 * 1024)
+    try:
+        (connection,) = providers.for_tenant("acme", {"big": spec})
+        assert await connection.ensure()
+        assert processes_with(marker)
+        text, is_error = await asyncio.wait_for(connection.call("big", {}), DEADLINE_S)
+        assert is_error, f"an answer of {len(text)} characters was accepted"
+        await _gone(marker, "the MCP server's group killed")
+    finally:
+        await asyncio.wait_for(providers.aclose(), DEADLINE_S)
