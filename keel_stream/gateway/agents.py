@@ -218,7 +218,9 @@ class ExternalAgents:
         declared = document.external.backends if scope == tenant else {}
         wanted = {backend_key(tenant, name, spec) for name, spec in declared.items()}
         for key in [k for k in self._backends if k[0] == tenant and k not in wanted]:
-            backend = self._backends.pop(key)
+            backend = self._backends.pop(key, None)
+            if backend is None:  # retired meanwhile by a concurrent read
+                continue
             self._routes = {k: r for k, r in self._routes.items() if r[1] is not backend}
             change = "changed" if key[1] in declared else "removed"
             targets = await backend.retire(f"backend {key[1]!r} was {change} in the document")
