@@ -67,6 +67,9 @@ class KeelSettings(BaseSettings):
     """A model stream that sends nothing for this long is cut (a retriable failure)."""
     provider_request_timeout_s: float = Field(default=600.0, gt=0, allow_inf_nan=False)
     """The longest a model request may take in all, its retries included."""
+    rpc_max_line_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    """The largest JSON-RPC message an external provider may send (a stdio line, an http body
+    or SSE event); a longer one fails the provider: it is reclaimed and its request errs."""
     api_host: str = "127.0.0.1"
     api_port: int = Field(default=8080, ge=0, le=65535)
     api_max_body_bytes: int = Field(default=1_048_576, ge=1024)

@@ -68,7 +68,12 @@ def create_app(config: ApiConfig) -> FastAPI:
         configs = TenantConfigs(pool)
         boot = config.boot_config or load_boot_config(os.environ)
         agents = ExternalAgents(
-            ledger, PostgresExternalSessions(pool), configs, boot, data_dir=config.data_dir
+            ledger,
+            PostgresExternalSessions(pool),
+            configs,
+            boot,
+            data_dir=config.data_dir,
+            max_line_bytes=config.rpc_max_line_bytes,
         )
         await hub.start()
         await models.start()

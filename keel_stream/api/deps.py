@@ -29,6 +29,7 @@ from keel_stream.clock import utc_now
 from keel_stream.errors import SessionNotFound
 from keel_stream.gateway.agents import ExternalAgents
 from keel_stream.gateway.config import TenantConfig
+from keel_stream.gateway.jsonrpc import DEFAULT_MAX_LINE_BYTES
 from keel_stream.hooks.service import HookService
 from keel_stream.kernel import StateOwner, check_identifier
 from keel_stream.readmodels import ReadModels
@@ -85,6 +86,8 @@ class ApiConfig:
     """The runtime's own configuration document; None: read KEEL_EXTERNAL_CONFIG at start."""
     data_dir: Path = Path(".keel")
     """KEEL_DATA_DIR: the gateway's audit file and pidfiles live under it."""
+    rpc_max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    """KEEL_RPC_MAX_LINE_BYTES: the largest message an external backend may send."""
     limits: ApiLimits = field(default_factory=ApiLimits.from_environment)
     tenant_limits: TenantLimits = field(default_factory=TenantLimits.from_environment)
     clock: Callable[[], datetime] = field(default=utc_now)

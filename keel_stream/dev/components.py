@@ -78,11 +78,17 @@ def worker_config(settings: KeelSettings, dsn: str, bootstrap: str | None) -> Wo
         provider=provider(settings),
         boot_config=load_boot_config(os.environ),
         model_providers=ModelProviders(settings.openai_base_url, settings.openai_api_key),
+        rpc_max_line_bytes=settings.rpc_max_line_bytes,
     )
 
 
 def api_config(settings: KeelSettings, dsn: str, bootstrap: str | None) -> ApiConfig:
-    return ApiConfig(database_url=dsn, bootstrap=bootstrap, topic_prefix=settings.topic_prefix)
+    return ApiConfig(
+        database_url=dsn,
+        bootstrap=bootstrap,
+        topic_prefix=settings.topic_prefix,
+        rpc_max_line_bytes=settings.rpc_max_line_bytes,
+    )
 
 
 def metrics_ports(settings: KeelSettings) -> dict[str, int]:

@@ -5,6 +5,10 @@ Which backend serves a tenant: the backends of the tenant's newest stored config
 document, or, when the tenant has none, those of the runtime's boot document
 (KEEL_EXTERNAL_CONFIG).  The service is active only when some document declares backends.
 
+Connections follow the documents (re-read every ``cache_s``): a backend no longer declared as
+it was is retired (closed, group reclaimed, sessions unavailable; a changed one's successor
+resumes them) and nothing starts it again.
+
 Delivery of an input is recorded before it is sent: ``message.sent`` (keyed by the input's
 requestId) is committed, then ``message.send`` goes to the backend, then ``message.accepted``
 (with the backend's turnId) is committed.  A retry of the same requestId finds the accepted turn
@@ -15,7 +19,6 @@ delivered at least once and recorded exactly once.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
 import time
 import uuid
@@ -23,8 +26,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Protocol
-
-import orjson
 
 from keel_stream.errors import (
     ExternalSessionClosed,
@@ -34,10 +35,11 @@ from keel_stream.errors import (
     UnknownBackend,
 )
 from keel_stream.gateway.audit import AuditLog
-from keel_stream.gateway.backend import Backend, BackendContext
+from keel_stream.gateway.backend import Backend, BackendContext, backend_key
 from keel_stream.gateway.config import TenantConfig
 from keel_stream.gateway.connection import Supervision
 from keel_stream.gateway.errors import BackendUnavailable, GatewayError
+from keel_stream.gateway.jsonrpc import DEFAULT_MAX_LINE_BYTES
 from keel_stream.gateway.pidfiles import PidRegistry, SweepReport, sweep
 from keel_stream.gateway.recorder import Direction, ExternalTarget, Recorder, base_payload
 from keel_stream.kernel import Kind, Submission
@@ -78,10 +80,6 @@ class CancelOutcome:
     """False: the turn had already ended (the backend said so); nothing was stopped."""
 
 
-def _fingerprint(document: Any) -> str:
-    return hashlib.sha256(orjson.dumps(document, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
-
-
 class ExternalAgents:
     def __init__(
         self,
@@ -94,9 +92,11 @@ class ExternalAgents:
         environ: Mapping[str, str] | None = None,
         cache_s: float = 2.0,
         data_dir: Path | None = None,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
     ) -> None:
         """With ``data_dir``: stdio spawns are audited (gateway/audit.jsonl) and get a pidfile
-        (gateway/pids/), and ``start`` first sweeps what a SIGKILLed runtime left there."""
+        (gateway/pids/), and ``start`` first sweeps what a SIGKILLed runtime left there.
+        ``max_line_bytes`` (KEEL_RPC_MAX_LINE_BYTES) bounds every message a backend sends."""
         self._ledger = ledger
         self._store = store
         self._configs = configs
@@ -113,11 +113,13 @@ class ExternalAgents:
             environ or dict(os.environ),
             self._audit,
             self._registry,
+            max_line_bytes,
         )
         self._cache_s = cache_s
         self._documents: dict[str, tuple[float, str, TenantConfig]] = {}
         self._backends: dict[tuple[str, str, str], Backend] = {}
         self._routes: dict[tuple[str, str], tuple[ExternalTarget, Backend]] = {}
+        self._following: asyncio.Task[None] | None = None
         self._log = get_logger("gateway")
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -140,6 +142,17 @@ class ExternalAgents:
         for backend in self._backends.values():
             if backend.sessions and not backend.connection.up:
                 backend.connection.activate()
+        self._following = asyncio.create_task(self._follow())
+
+    async def _follow(self) -> None:
+        """Re-read each tenant's document every ``cache_s`` (retiring what it drops)."""
+        while True:
+            await asyncio.sleep(self._cache_s)
+            for tenant in {scope for scope, _, _ in self._backends if scope != _BOOT}:
+                try:
+                    await self._document(tenant)
+                except Exception as exc:  # noqa: BLE001 - the store is down: next round
+                    self._log.warning("document not re-read", tenant=tenant, error=str(exc))
 
     async def _adopt(self, item: LiveExternal) -> None:
         target = ExternalTarget(
@@ -160,6 +173,9 @@ class ExternalAgents:
         await backend.adopt(target)
 
     async def stop(self) -> None:
+        if self._following is not None:
+            self._following.cancel()
+            await asyncio.gather(self._following, return_exceptions=True)
         await self.recorder.idle()
         await asyncio.gather(*(b.close() for b in self._backends.values()))
         await self.recorder.close()
@@ -194,11 +210,26 @@ class ExternalAgents:
         stored = None if self._configs is None else await self._configs.latest(tenant)
         scope, document = (tenant, stored.config) if stored is not None else (_BOOT, self._boot)
         self._documents[tenant] = (now, scope, document)
+        await self._retire_undeclared(tenant, scope, document)
         return scope, document
 
+    async def _retire_undeclared(self, tenant: str, scope: str, document: TenantConfig) -> None:
+        """Retire the tenant's backends its document no longer declares as they are."""
+        declared = document.external.backends if scope == tenant else {}
+        wanted = {backend_key(tenant, name, spec) for name, spec in declared.items()}
+        for key in [k for k in self._backends if k[0] == tenant and k not in wanted]:
+            backend = self._backends.pop(key, None)
+            if backend is None:  # retired meanwhile by a concurrent read
+                continue
+            self._routes = {k: r for k, r in self._routes.items() if r[1] is not backend}
+            change = "changed" if key[1] in declared else "removed"
+            targets = await backend.retire(f"backend {key[1]!r} was {change} in the document")
+            if key[1] in declared and targets:
+                self._backend(scope, key[1], document).take_over(targets)
+
     def _backend(self, scope: str, name: str, document: TenantConfig) -> Backend:
+        key = backend_key(scope, name, document.external.backends[name])
         spec = document.external.backends[name]
-        key = (scope, name, _fingerprint(spec.model_dump(mode="json")))
         backend = self._backends.get(key)
         if backend is None:
             backend = Backend(name, scope, spec, document.external.quota, self._ctx)

@@ -10,8 +10,11 @@ unavailable (Keel does not fake a resume).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import uuid
 from collections.abc import Mapping
+
+import orjson
 
 from keel_stream.errors import ExternalQuotaExceeded, SessionExists, UnmeteredRefused
 from keel_stream.gateway.audit import AuditLog
@@ -19,6 +22,7 @@ from keel_stream.gateway.client import GatewayClient
 from keel_stream.gateway.config import BackendSpec, Quota
 from keel_stream.gateway.connection import Connection, ConnectionHooks, Supervision
 from keel_stream.gateway.errors import GatewayError
+from keel_stream.gateway.jsonrpc import DEFAULT_MAX_LINE_BYTES
 from keel_stream.gateway.pidfiles import PidRegistry
 from keel_stream.gateway.protocol import Event as BackendEvent
 from keel_stream.gateway.protocol import ProviderKind
@@ -27,7 +31,15 @@ from keel_stream.logs import get_logger
 from keel_stream.store.external_sessions import ExternalSessions
 from keel_stream.store.protocol import ExternalMarkers, ExternalStatus, Ledger, Metering
 
-__all__ = ["Backend", "BackendContext"]
+__all__ = ["Backend", "BackendContext", "backend_key"]
+
+_SORTED = orjson.OPT_SORT_KEYS
+
+
+def backend_key(scope: str, name: str, spec: BackendSpec) -> tuple[str, str, str]:
+    """A backend connection's identity: a changed declaration is another connection."""
+    digest = hashlib.sha256(orjson.dumps(spec.model_dump(mode="json"), option=_SORTED))
+    return scope, name, digest.hexdigest()[:16]
 
 
 class BackendContext:
@@ -42,7 +54,9 @@ class BackendContext:
         environ: Mapping[str, str],
         audit: AuditLog | None = None,
         registry: PidRegistry | None = None,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
     ) -> None:
+        self.max_line_bytes = max_line_bytes
         self.ledger = ledger
         self.store = store
         self.recorder = recorder
@@ -72,6 +86,7 @@ class Backend:
             environ=ctx.environ,
             audit=ctx.audit,
             registry=ctx.registry,
+            max_line_bytes=ctx.max_line_bytes,
         )
         where = f"external.backends.{name}" + (f" (tenant {scope})" if scope else "")
         self.connection = Connection(where, spec, ProviderKind.AGENT, hooks, ctx.supervision)
@@ -206,3 +221,22 @@ class Backend:
 
     async def close(self) -> None:
         await self.connection.close()
+
+    def take_over(self, targets: list[ExternalTarget]) -> None:
+        """Serve a retired predecessor's sessions: resumed when the connection comes up."""
+        for target in targets:
+            self.sessions[target.ref] = target
+        self.connection.activate()
+
+    async def retire(self, reason: str) -> list[ExternalTarget]:
+        """Leave for good: the connection is closed (a stdio provider asked to shut down, its
+        group reclaimed; nothing restarts it) and every session it served is marked
+        unavailable with ``reason``; those sessions, for a successor to resume."""
+        await self.connection.close()
+        targets, self.sessions = list(self.sessions.values()), {}
+        for target in targets:
+            try:
+                await self._mark(target, ExternalStatus.BACKEND_UNAVAILABLE, reason)
+            except Exception as exc:  # noqa: BLE001 - the others are still marked
+                self._log.warning("session not marked", session=target.session, error=str(exc))
+        return [t for t in targets if t.status != ExternalStatus.CLOSED]

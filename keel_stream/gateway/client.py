@@ -195,8 +195,9 @@ class GatewayClient:
         self._pending[request_id] = future
         timeout = self.timeout_s if timeout_s is None else timeout_s
         try:
-            await self.transport.send(Request(request_id, method, params))
-            return await asyncio.wait_for(future, timeout)
+            async with asyncio.timeout(timeout):  # sending counts: a provider may read nothing
+                await self.transport.send(Request(request_id, method, params))
+                return await future
         except TimeoutError:
             raise BackendTimeout(
                 f"{method} got no answer within {timeout}s", rpc_code=ErrorCode.TIMEOUT

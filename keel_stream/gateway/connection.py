@@ -25,6 +25,7 @@ from keel_stream.gateway.config import ProviderSpec, minimal_env, resolve
 from keel_stream.gateway.config_errors import InvalidConfig
 from keel_stream.gateway.errors import ActivationRefused, BackendUnavailable, GatewayError
 from keel_stream.gateway.http import HttpTransport
+from keel_stream.gateway.jsonrpc import DEFAULT_MAX_LINE_BYTES
 from keel_stream.gateway.pidfiles import PidRegistry
 from keel_stream.gateway.protocol import Event, ProviderKind
 from keel_stream.gateway.transport import StdioTransport, Transport
@@ -59,6 +60,8 @@ class ConnectionHooks:
     """Where stdio spawns, budget refusals and reclaims are recorded."""
     registry: PidRegistry | None = None
     """The pidfiles of stdio providers, for the sweep after a SIGKILLed runtime."""
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    """The largest message the provider may send (KEEL_RPC_MAX_LINE_BYTES)."""
 
 
 def build_transport(
@@ -67,8 +70,12 @@ def build_transport(
     where: str,
     kind: ProviderKind = ProviderKind.AGENT,
     hooks: ConnectionHooks | None = None,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
 ) -> Transport:
-    """The transport a declared provider speaks; references resolve here and only here."""
+    """The transport a declared provider speaks; references resolve here and only here.
+    ``max_line_bytes`` (the hooks' when given) bounds every message the provider sends."""
+    if hooks is not None:
+        max_line_bytes = hooks.max_line_bytes
     if spec.transport == "stdio":
         assert spec.command is not None
         env = minimal_env(spec.env, environ, f"{where}.env")
@@ -81,9 +88,11 @@ def build_transport(
             declared_env=spec.env,
             audit=None if hooks is None else hooks.audit,
             registry=None if hooks is None else hooks.registry,
+            max_line_bytes=max_line_bytes,
         )
     assert spec.url is not None
-    return HttpTransport(spec.url, resolve(spec.headers, environ, f"{where}.headers"))
+    headers = resolve(spec.headers, environ, f"{where}.headers")
+    return HttpTransport(spec.url, headers, max_line_bytes=max_line_bytes)
 
 
 class Connection:

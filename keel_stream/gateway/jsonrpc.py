@@ -15,6 +15,7 @@ from keel_stream.gateway.errors import ProtocolError
 from keel_stream.gateway.protocol import ErrorCode
 
 __all__ = [
+    "DEFAULT_MAX_LINE_BYTES",
     "ErrorResponse",
     "Message",
     "Notification",
@@ -26,9 +27,18 @@ __all__ = [
     "encode",
     "encode_line",
     "error_response",
+    "over_the_limit",
 ]
 
 RequestId = int | str
+
+DEFAULT_MAX_LINE_BYTES = 8 * 1024 * 1024
+"""The largest message a provider may send (KEEL_RPC_MAX_LINE_BYTES' default)."""
+
+
+def over_the_limit(limit: int) -> str:
+    """Why a provider that sent a message over ``limit`` bytes is failed."""
+    return f"the provider sent a line over {limit} bytes"
 
 
 @dataclass(frozen=True)

@@ -27,11 +27,11 @@ from keel_stream.gateway.audit import AuditLog
 from keel_stream.gateway.budget import check, limits_of, wrap_command
 from keel_stream.gateway.config import Budget, redact_env
 from keel_stream.gateway.errors import BudgetRefused
+from keel_stream.gateway.jsonrpc import DEFAULT_MAX_LINE_BYTES
 from keel_stream.gateway.pidfiles import PidRegistry, group_members
 
 __all__ = ["ProviderProcess", "Reclaim", "group_alive"]
 
-_STREAM_LIMIT = 16 * 1024 * 1024
 _POLL_S = 0.02
 Reclaim = Literal["exited", "sigterm", "sigkill"]
 
@@ -106,11 +106,14 @@ class ProviderProcess:
         declared_env: Mapping[str, str] | None = None,
         audit: AuditLog | None = None,
         registry: PidRegistry | None = None,
+        line_limit: int = DEFAULT_MAX_LINE_BYTES,
     ) -> ProviderProcess:
         """Start ``command``; BudgetRefused (audited) when ``budget`` cannot be granted.
 
         ``declared_env`` (the provider's env references) lets the audit copy of the
-        environment show references; every other non-allow-listed value is redacted."""
+        environment show references; every other non-allow-listed value is redacted.
+        ``line_limit``: the longest line its stdout and stderr readers return (asyncio raises
+        ValueError for a longer one, and buffers at most twice this)."""
         name = name or Path(command[0]).name
         limits = limits_of(budget)
         if budget is not None:
@@ -129,7 +132,7 @@ class ProviderProcess:
             env=dict(env),
             cwd=cwd,
             start_new_session=True,
-            limit=_STREAM_LIMIT,
+            limit=line_limit,
         )
         if registry is not None:
             registry.register(proc.pid, name, command)
@@ -168,13 +171,15 @@ class ProviderProcess:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pgid, signum)
 
-    async def close_stdin(self) -> None:
+    async def close_stdin(self, timeout_s: float) -> None:
+        """Close stdin; a provider that reads none of what is still buffered for it gets
+        ``timeout_s`` (the close completes when the pipe breaks at its death)."""
         stdin = self.proc.stdin
         if stdin is None or stdin.is_closing():
             return
         stdin.close()
-        with contextlib.suppress(ConnectionError, BrokenPipeError):
-            await stdin.wait_closed()
+        with contextlib.suppress(ConnectionError, BrokenPipeError, TimeoutError):
+            await asyncio.wait_for(stdin.wait_closed(), timeout_s)
 
     async def terminate(
         self, grace_s: float = 2.0, term_s: float = 2.0, reason: str = "closed by the runtime"
@@ -183,8 +188,10 @@ class ProviderProcess:
         audited with ``reason`` (why the provider is reclaimed).
 
         SIGTERM goes to the group even when the leader left on its own: grandchildren may stay.
+        Every wait is bounded: asyncio's ``wait`` also waits for the pipes to close, which a
+        process that escaped the group could hold open.
         """
-        await self.close_stdin()
+        await self.close_stdin(grace_s)
         how: Reclaim = "exited"
         if not (await self._wait_exit(grace_s) and not group_members(self.pgid)):
             how = "sigterm"
@@ -192,7 +199,7 @@ class ProviderProcess:
             if not await self._wait_group_gone(term_s):
                 how = "sigkill"
                 self._signal_group(signal.SIGKILL)
-        await self.proc.wait()
+        await self._wait_exit(term_s)
         await self._wait_group_gone(term_s)
         self._reclaimed(how, reason)
 

@@ -90,6 +90,9 @@ class SidecarOptions:
     http_port: int | None = None
     state_file: str | None = None
     ignore_stdin_eof: bool = False
+    oversized_answer: int = 0
+    ignore_sigterm: bool = False
+    """With N > 0, tools.call and message.send are answered with one line of N bytes or more."""
 
 
 @dataclass
@@ -119,6 +122,7 @@ class _Session:
 
 
 _Reply = BaseModel | _Subscribed
+_OVERSIZED = frozenset({Method.TOOLS_CALL, Method.MESSAGE_SEND})
 _Handler = Callable[[dict[str, Any]], Awaitable[_Reply]]
 
 
@@ -173,7 +177,10 @@ class RefSidecar:
         shutdown = request.method == Method.CLOSE and params.get("sessionId") is None
         if isinstance(reply, _Subscribed):
             return Outcome(Response(request.id, _dump(reply.result)), reply.queue)
-        return Outcome(Response(request.id, _dump(reply)), shutdown=shutdown)
+        result = _dump(reply)
+        if self.options.oversized_answer and request.method in _OVERSIZED:
+            result["padding"] = "x" * self.options.oversized_answer
+        return Outcome(Response(request.id, result), shutdown=shutdown)
 
     def _load(self) -> dict[str, _Session]:
         """The sessions of the state file (none without one); OSError or ValueError when it

@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -64,6 +65,8 @@ def parse_args(argv: Sequence[str] | None = None) -> SidecarOptions:
     parser.add_argument("--usage", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--state-file", default=None, metavar="PATH")
     parser.add_argument("--ignore-stdin-eof", action="store_true")
+    parser.add_argument("--oversized-answer", type=int, default=0, metavar="BYTES")
+    parser.add_argument("--ignore-sigterm", action="store_true")
     ns = parser.parse_args(argv)
     return SidecarOptions(
         kind=_KINDS[ns.kind],
@@ -79,6 +82,8 @@ def parse_args(argv: Sequence[str] | None = None) -> SidecarOptions:
         http_port=ns.http,
         state_file=ns.state_file,
         ignore_stdin_eof=ns.ignore_stdin_eof,
+        oversized_answer=ns.oversized_answer,
+        ignore_sigterm=ns.ignore_sigterm,
     )
 
 
@@ -214,6 +219,8 @@ def run(options: SidecarOptions) -> int:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print(f"refusing to start: unreadable state file: {exc}", file=sys.stderr, flush=True)
         return 2
+    if options.ignore_sigterm:  # only the reclaim's SIGKILL ends it
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _spawn_grandchildren(options.grandchildren)
     if options.http_port is not None:
         asyncio.run(serve_http(sidecar, options.http_port))

@@ -7,10 +7,14 @@ against MCP's own types, spawns the process its own way (no process-group reclai
 grandchildren, no explicit-only environment) and its HTTP client adds MCP session semantics;
 each would have to be worked around, and the package pulls in a dozen dependencies.
 
-stdio framing: one JSON message per line on stdin/stdout (UTF-8, ``\\n``-terminated); stderr is
-captured line by line into ``stderr_lines`` and the ``keel_stream.gateway`` log.  When the
-provider's stdout closes (it crashed or exited), the reclaim of its process group starts at once,
-whether or not anyone closes the transport; ``close`` awaits that same reclaim.
+stdio framing: one JSON message per line on stdin/stdout (UTF-8, ``\\n``-terminated), at most
+``max_line_bytes`` a line (KEEL_RPC_MAX_LINE_BYTES); stderr is captured line by line (each kept
+line cut to ``STDERR_LINE_CHARS``) into ``stderr_lines`` and the ``keel_stream.gateway`` log.
+When the provider's stdout closes (it crashed or exited) or it sends a longer line (it failed),
+the reclaim of its process group starts at once, whether or not anyone closes the transport, and
+the connection is lost (its pending requests fail); ``close`` awaits that same reclaim.  Both
+pipes are read to their end even then (what follows a line over the limit is discarded): a pipe
+left unread would keep the provider blocked, its buffer held, and the process unreaped.
 """
 
 from __future__ import annotations
@@ -26,13 +30,31 @@ from typing import Any, Protocol
 from keel_stream.gateway.audit import AuditLog
 from keel_stream.gateway.config import Budget
 from keel_stream.gateway.errors import BackendUnavailable, GatewayError, ProtocolError
-from keel_stream.gateway.jsonrpc import Message, RequestId, decode, encode_line
+from keel_stream.gateway.jsonrpc import (
+    DEFAULT_MAX_LINE_BYTES,
+    Message,
+    RequestId,
+    decode,
+    encode_line,
+    over_the_limit,
+)
 from keel_stream.gateway.pidfiles import PidRegistry
 from keel_stream.gateway.process import ProviderProcess
 
-__all__ = ["MessageSink", "StdioTransport", "Transport"]
+__all__ = ["STDERR_LINE_CHARS", "MessageSink", "StdioTransport", "Transport"]
 
 log = logging.getLogger("keel_stream.gateway")
+
+STDERR_LINE_CHARS = 2000
+"""A provider's stderr line is kept and logged up to this many characters."""
+_DISCARD_CHUNK = 1024 * 1024
+
+
+async def _discard(stream: asyncio.StreamReader) -> None:
+    """Read ``stream`` to its end, keeping nothing."""
+    with contextlib.suppress(ConnectionError):
+        while await stream.read(_DISCARD_CHUNK):
+            pass
 
 
 class MessageSink(Protocol):
@@ -84,10 +106,12 @@ class StdioTransport(Transport):
         declared_env: Mapping[str, str] | None = None,
         audit: AuditLog | None = None,
         registry: PidRegistry | None = None,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
     ) -> None:
         """``name``, ``kind``, ``budget``, ``declared_env``, ``audit`` and ``registry`` are
         handed to ProviderProcess.spawn (a budget refusal propagates as BudgetRefused)."""
         self.command = list(command)
+        self.max_line_bytes = max_line_bytes
         self.env = dict(env)
         self.cwd = cwd
         self.grace_s = grace_s
@@ -104,6 +128,7 @@ class StdioTransport(Transport):
             "declared_env": declared_env,
             "audit": audit,
             "registry": registry,
+            "line_limit": max_line_bytes,
         }
 
     @property
@@ -126,6 +151,7 @@ class StdioTransport(Transport):
         assert self.process is not None
         assert self.process.proc.stdout is not None
         stdout = self.process.proc.stdout
+        reason = "the provider closed its stdout"
         try:
             while line := await stdout.readline():
                 if not line.strip():
@@ -136,23 +162,33 @@ class StdioTransport(Transport):
                     sink.on_malformed(exc)
                     continue
                 sink.on_message(message)
-        except (ValueError, ConnectionError) as exc:  # an over-long line, a broken pipe
+        except ValueError:  # asyncio's word for a line over the stream's limit
+            reason = over_the_limit(self.max_line_bytes)
+            log.warning("stdio provider failed: %s", reason)
+        except ConnectionError as exc:
             log.warning("stdio provider stdout failed: %s", exc)
-        reason = "the provider closed its stdout"
         # Lost: its group (grandchildren included) is reclaimed now, not when someone closes
         # this transport; a close awaits this same reclaim, so a reconnect comes after it.
         self._reclaiming(reason)
         sink.on_closed(reason)
+        await _discard(stdout)
 
     async def _read_stderr(self) -> None:
         assert self.process is not None
         assert self.process.proc.stderr is not None
         stderr = self.process.proc.stderr
-        with contextlib.suppress(ValueError, ConnectionError):
-            while line := await stderr.readline():
-                text = line.decode(errors="replace").rstrip()
-                self.stderr_lines.append(text)
-                log.info("provider stderr: %s", text)
+        while True:
+            try:
+                line = await stderr.readline()
+            except ValueError:
+                line = f"[a stderr line over {self.max_line_bytes} bytes was dropped]".encode()
+            except ConnectionError:
+                return
+            if not line:
+                return
+            text = line.decode(errors="replace").rstrip()[:STDERR_LINE_CHARS]
+            self.stderr_lines.append(text)
+            log.info("provider stderr: %s", text)
 
     async def send(self, message: Message) -> None:
         if self.process is None or self.process.proc.stdin is None:
@@ -178,5 +214,11 @@ class StdioTransport(Transport):
         if self.process is None:
             return
         await asyncio.shield(self._reclaiming("closed by the runtime"))
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks = []
+        # The group is gone, so its pipes end; a process that left the group may hold them
+        # open, and nothing is left to wait for then.
+        tasks, self._tasks = self._tasks, []
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=self.term_s)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)

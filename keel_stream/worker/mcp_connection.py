@@ -6,9 +6,11 @@ Streamable HTTP (``url`` with the declared ``headers``).
 The stdio server's environment is exactly the runtime's minimal one (MINIMAL_ENV) plus the
 variables it declares: the SDK adds a few of the runtime's own variables (HOME, LOGNAME, PATH,
 SHELL, TERM, USER) to whatever it is given, so the command is started through a tiny wrapper
-(``python -I -S -c``) that drops every variable not on the list, then execs the server (and,
-with a ``budget``, sets its rlimits first: keel_stream.gateway.budget). Variable names, never
-values, are on its command line.
+(``python -I -S -c``) that drops every variable not on the list, then runs the server (and,
+with a ``budget``, sets its rlimits first: keel_stream.gateway.budget) and relays its stdout line
+by line: a line over ``max_line_bytes`` (KEEL_RPC_MAX_LINE_BYTES) kills the whole process group,
+since the SDK's reader would buffer a line whole. Variable names, never values, are on its
+command line.
 
 The SDK's client lives in a task of its own (its anyio scopes must be left by the task that
 entered them); calls are made from the callers' tasks. A call the connection cannot carry
@@ -40,6 +42,7 @@ from mcp_types import (
 
 from keel_stream.gateway.budget import check, limits_of, wrap_command
 from keel_stream.gateway.config import ToolSpec, minimal_env, resolve
+from keel_stream.gateway.jsonrpc import DEFAULT_MAX_LINE_BYTES
 from keel_stream.gateway.protocol import ToolSpec as ProvidedTool
 from keel_stream.worker.tool_providers import ToolConnection
 
@@ -48,24 +51,42 @@ __all__ = ["McpConnection", "call_result_text", "stdio_parameters"]
 _PAGES: Final = 100
 """tools/list pages followed at most (a paginator that never ends cannot hang a connect)."""
 _KEEP_ONLY: Final = """\
-import os, sys
-keep = set(filter(None, sys.argv[1].split(",")))
+import os, signal, subprocess, sys
+keep, limit = set(filter(None, sys.argv[1].split(","))), int(sys.argv[2])
 for name in [n for n in os.environ if n not in keep]:
     del os.environ[name]
 try:
-    os.execvp(sys.argv[2], sys.argv[2:])
+    server = subprocess.Popen(sys.argv[3:], stdout=subprocess.PIPE)
 except OSError as exc:
-    print(f"cannot start {sys.argv[2]!r}: {exc}", file=sys.stderr, flush=True)
+    print(f"cannot start {sys.argv[3]!r}: {exc}", file=sys.stderr, flush=True)
     os._exit(127)
+out = sys.stdout.buffer
+while line := server.stdout.readline(limit + 1):
+    if len(line) > limit and not line.endswith(b"\\n"):
+        print(f"the server sent a line over {limit} bytes", file=sys.stderr, flush=True)
+        if os.getpgrp() == os.getpid():  # the group the SDK started: the server's all
+            os.killpg(0, signal.SIGKILL)
+        server.kill()
+        os._exit(70)
+    out.write(line)
+    out.flush()
+code = server.wait()
+os._exit(code if code >= 0 else 128 - code)
 """
+"""Runs the server with only the kept variables, and relays its stdout line by line: a line
+over the limit ends the whole group (the SDK's own reader would buffer it whole)."""
 _CLIENT_INFO: Final = Implementation(name="keel-stream", version="0.1.0")
 
 
 def stdio_parameters(
-    spec: ToolSpec, environ: Mapping[str, str], where: str
+    spec: ToolSpec,
+    environ: Mapping[str, str],
+    where: str,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
 ) -> StdioServerParameters:
     """How the SDK starts a stdio server: the minimal environment plus what it declares
-    (InvalidConfig when a reference is unset), its budget checked (BudgetRefused) and set."""
+    (InvalidConfig when a reference is unset), its budget checked (BudgetRefused) and set, its
+    lines bounded by ``max_line_bytes`` (a longer one: its process group is killed)."""
     assert spec.command is not None
     env = minimal_env(spec.env, environ, f"{where}.env")
     limits = limits_of(spec.budget)
@@ -73,7 +94,9 @@ def stdio_parameters(
     command = wrap_command([spec.command, *spec.args], limits)
     keep = ",".join(sorted(env))
     return StdioServerParameters(
-        command=sys.executable, args=["-I", "-S", "-c", _KEEP_ONLY, keep, *command], env=env
+        command=sys.executable,
+        args=["-I", "-S", "-c", _KEEP_ONLY, keep, str(max_line_bytes), *command],
+        env=env,
     )
 
 
@@ -177,8 +200,11 @@ class McpConnection(ToolConnection):
 
     protocol = "mcp"
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
+        self.max_line_bytes = max_line_bytes
         self._session: _Session | None = None
 
     def _up(self) -> bool:
@@ -190,7 +216,7 @@ class McpConnection(ToolConnection):
     def _target(self) -> StdioServerParameters | AbstractAsyncContextManager[Any]:
         where = f"external.tools.{self.name}"
         if self.spec.transport == "stdio":
-            return stdio_parameters(self.spec, self._environ, where)
+            return stdio_parameters(self.spec, self._environ, where, self.max_line_bytes)
         assert self.spec.url is not None
         headers = resolve(self.spec.headers, self._environ, f"{where}.headers")
         return _http_transport(self.spec.url, headers)

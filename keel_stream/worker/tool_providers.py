@@ -19,6 +19,7 @@ import contextlib
 import os
 import time
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any, Final
 
 import orjson
@@ -35,6 +36,7 @@ from keel_stream.gateway.errors import (
     GatewayError,
     ProtocolError,
 )
+from keel_stream.gateway.jsonrpc import DEFAULT_MAX_LINE_BYTES
 from keel_stream.gateway.protocol import Method, ProviderKind, ToolCallParams, ToolCallResult
 from keel_stream.gateway.protocol import ToolSpec as ProvidedTool
 from keel_stream.gateway.transport import Transport
@@ -63,10 +65,16 @@ def result_text(content: Any) -> str:
     return orjson.dumps(content, option=orjson.OPT_SORT_KEYS).decode()
 
 
-def declared_transport(name: str, spec: ToolSpec, environ: Mapping[str, str]) -> Transport:
-    """The transport a declaration names (stdio: minimal environment, budget); InvalidConfig
-    when a variable it references is not set."""
-    return build_transport(spec, environ, f"external.tools.{name}", ProviderKind.TOOL)
+def declared_transport(
+    name: str,
+    spec: ToolSpec,
+    environ: Mapping[str, str],
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+) -> Transport:
+    """The transport a declaration names (stdio: minimal environment, budget; every message
+    bounded by ``max_line_bytes``); InvalidConfig when a variable it references is not set."""
+    where = f"external.tools.{name}"
+    return build_transport(spec, environ, where, ProviderKind.TOOL, max_line_bytes=max_line_bytes)
 
 
 class ToolConnection:
@@ -290,10 +298,14 @@ class ToolProviders:
     def __init__(
         self,
         environ: Mapping[str, str] | None = None,
-        transports: TransportFactory = declared_transport,
+        transports: TransportFactory | None = None,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
     ) -> None:
+        """``max_line_bytes`` (KEEL_RPC_MAX_LINE_BYTES) bounds every message of a keel
+        ToolProvider; ``transports`` replaces how they are reached (tests)."""
         self._environ = os.environ if environ is None else environ
-        self._transports = transports
+        self._max_line_bytes = max_line_bytes
+        self._transports = transports or partial(declared_transport, max_line_bytes=max_line_bytes)
         self._connections: dict[tuple[str, str], ToolConnection] = {}
         self._closing: set[asyncio.Task[None]] = set()
 
@@ -301,7 +313,9 @@ class ToolProviders:
         if spec.protocol == "mcp":
             from keel_stream.worker.mcp_connection import McpConnection
 
-            return McpConnection(tenant, name, spec, self._environ)
+            return McpConnection(
+                tenant, name, spec, self._environ, max_line_bytes=self._max_line_bytes
+            )
         return ProviderConnection(tenant, name, spec, self._environ, transports=self._transports)
 
     def for_tenant(self, tenant: str, declared: Mapping[str, ToolSpec]) -> list[ToolConnection]:

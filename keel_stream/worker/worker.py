@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from keel_stream.errors import KeelError, StoreUnavailable
 from keel_stream.gateway.config import TenantConfig
+from keel_stream.gateway.jsonrpc import DEFAULT_MAX_LINE_BYTES
 from keel_stream.logs import get_logger
 from keel_stream.store.memory import MemoryStore
 from keel_stream.store.protocol import Claim, ClaimFairness, Runs
@@ -72,6 +73,8 @@ class WorkerConfig:
     """The provider a tenant's model settings run on."""
     config_ttl_s: float = 2.0
     """How long a tenant's document is reused before it is read again."""
+    rpc_max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    """KEEL_RPC_MAX_LINE_BYTES: the largest message a ToolProvider may send."""
 
     @property
     def heartbeat_s(self) -> float:
@@ -110,7 +113,7 @@ class Worker:
         config = self._config
         partials = PartialsPublisher(config.bootstrap, PARTIALS.full_name(config.topic_prefix))
         await partials.start()
-        tool_providers = ToolProviders()
+        tool_providers = ToolProviders(max_line_bytes=config.rpc_max_line_bytes)
         loop = AgentLoop(
             store.ledger, store.runs, config.provider, partials,
             config.max_turns, config.context_budget_chars,
