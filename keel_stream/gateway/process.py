@@ -106,18 +106,22 @@ class ProviderProcess:
         declared_env: Mapping[str, str] | None = None,
         audit: AuditLog | None = None,
         registry: PidRegistry | None = None,
+        declared_command: Sequence[str] | None = None,
     ) -> ProviderProcess:
         """Start ``command``; BudgetRefused (audited) when ``budget`` cannot be granted.
 
         ``declared_env`` (the provider's env references) lets the audit copy of the
-        environment show references; every other non-allow-listed value is redacted."""
+        environment show references; every other non-allow-listed value is redacted.
+        ``declared_command`` (the command as declared, its references unresolved) is what the
+        audit and the pidfile record, so a secret resolved into the arguments stays out."""
         name = name or Path(command[0]).name
+        shown = list(declared_command or command)
         limits = limits_of(budget)
         if budget is not None:
             try:
                 check(limits)
             except BudgetRefused as exc:
-                _refuse(exc, name, command, budget, audit)
+                _refuse(exc, name, shown, budget, audit)
                 raise
         if limits:
             _executable(command, env, cwd)
@@ -132,13 +136,13 @@ class ProviderProcess:
             limit=_STREAM_LIMIT,
         )
         if registry is not None:
-            registry.register(proc.pid, name, command)
+            registry.register(proc.pid, name, shown)
         if audit is not None:
             audit.record(
                 "provider.spawned",
                 name=name,
                 kind=kind,
-                command=list(command),
+                command=shown,
                 pid=proc.pid,
                 pgid=proc.pid,
                 env=redact_env(env, declared_env or {}),

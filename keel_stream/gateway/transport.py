@@ -84,9 +84,11 @@ class StdioTransport(Transport):
         declared_env: Mapping[str, str] | None = None,
         audit: AuditLog | None = None,
         registry: PidRegistry | None = None,
+        declared_command: Sequence[str] | None = None,
     ) -> None:
-        """``name``, ``kind``, ``budget``, ``declared_env``, ``audit`` and ``registry`` are
-        handed to ProviderProcess.spawn (a budget refusal propagates as BudgetRefused)."""
+        """``name``, ``kind``, ``budget``, ``declared_env``, ``declared_command``, ``audit``
+        and ``registry`` are handed to ProviderProcess.spawn (a budget refusal propagates as
+        BudgetRefused)."""
         self.command = list(command)
         self.env = dict(env)
         self.cwd = cwd
@@ -102,6 +104,7 @@ class StdioTransport(Transport):
             "kind": kind,
             "budget": budget,
             "declared_env": declared_env,
+            "declared_command": declared_command,
             "audit": audit,
             "registry": registry,
         }
