@@ -48,7 +48,7 @@ from pydantic.alias_generators import to_camel
 
 from keel_stream.gateway import config_secrets
 from keel_stream.gateway.config_errors import InvalidConfig, LiteralSecret
-from keel_stream.gateway.config_policy import Policy, SubagentSettings
+from keel_stream.gateway.config_policy import HooksSettings, Policy, SubagentSettings
 
 __all__ = [
     "BOOT_CONFIG_VAR",
@@ -268,6 +268,7 @@ class TenantConfig(_Document):
     external: External = Field(default_factory=External)
     settings: Settings = Field(default_factory=Settings)
     policy: Policy = Field(default_factory=Policy)
+    hooks: HooksSettings = Field(default_factory=HooksSettings)
 
     def document(self) -> dict[str, Any]:
         """The document as JSON, in its own vocabulary (camelCase, only what was given)."""
