@@ -12,6 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
+from keel_stream.hooks.sender import NOT_RECORDED
+from keel_stream.kafka.broker import free_port
 from keel_stream.store import PostgresLedger, create_pool
 from keel_stream.store.keys import KeyStore
 from tests.support.api import Api, serve_api
@@ -134,3 +136,26 @@ async def test_a_non_public_receivers_reply_is_never_shown_to_the_tenant(
             assert "stack trace" not in error, error
     finally:
         await receiver.stop()
+
+
+async def test_a_non_public_receivers_connection_error_text_is_never_shown(
+    database_dsn: str,
+) -> None:
+    closed = f"http://127.0.0.1:{free_port()}/hooks"  # nothing listens there
+    async with (
+        operator_allows_loopback(database_dsn) as api,
+        api.client() as client,
+        hooks_task(fast_config(database_dsn, None, "")),
+    ):
+        await tenant_document(database_dsn, "acme", LOOPBACK_RECEIVERS)
+        hook = (await _subscribe(client, closed)).json()
+        replay = {"session": "s1", "fromSeq": 2}
+        await client.post(f"/v1/hooks/{hook['id']}/replay", json=replay)
+
+        async def attempted() -> bool:
+            return any(r["attempts"] >= 1 for r in await _rows(client, hook["id"]))
+
+        await wait_until(attempted, 30, "a failed attempt")
+        (row,) = await _rows(client, hook["id"])
+    assert row["lastStatus"] is None
+    assert row["lastError"] == f"ConnectError {NOT_RECORDED}", row["lastError"]
