@@ -34,7 +34,7 @@ Every error carries a stable machine-readable ``code`` and a ``retriable`` flag;
     ├── QuotaRefused                    the tenant's configuration refuses it (403/429)
     │   ├── UnmeteredRefused            a backend that reports no usage, and quota.unmetered is deny
     │   ├── ExternalQuotaExceeded       maxSessions or maxSessionsPerBackend reached (429)
-    │   └── RateLimited                 over a tenant's request, session or input rate (429, retriable)
+    │   └── RateLimited                 over a tenant's request, session or input rate (429)
     │       └── TenantBusy              a tenant or key holds as many streams/requests as it may
     ├── StoreError                      the store failed; nothing was committed (5xx)
     │   ├── StoreUnavailable            the database could not be reached (retriable)

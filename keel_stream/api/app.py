@@ -38,7 +38,7 @@ from keel_stream.console import pages as console
 from keel_stream.gateway.agents import ExternalAgents
 from keel_stream.gateway.config import load_boot_config
 from keel_stream.hooks.egress import EgressPolicy
-from keel_stream.hooks.service import HookService
+from keel_stream.hooks.service import HookService, tenant_hosts
 from keel_stream.readmodels import ReadModels
 from keel_stream.settings import KeelSettings
 from keel_stream.store import PostgresLedger, create_pool
@@ -54,6 +54,7 @@ from keel_stream.store.sessions import PostgresSessions
 from keel_stream.store.subagents import PostgresSubagents
 from keel_stream.store.tenant_configs import TenantConfigs
 from keel_stream.triggers.service import TriggerService
+from keel_stream.worker.agent_settings import TenantConfigCache
 
 __all__ = ["ApiConfig", "create_app"]
 
@@ -92,7 +93,9 @@ def create_app(config: ApiConfig) -> FastAPI:
             deadlines=PostgresDeadlines(pool),
             subagents=PostgresSubagents(pool),
             hooks=HookService(
-                HookStore(pool), EgressPolicy.parse(KeelSettings().hooks_allowed_hosts)
+                HookStore(pool),
+                EgressPolicy.parse(KeelSettings().hooks_allowed_hosts),
+                tenant_hosts=tenant_hosts(TenantConfigCache(configs, boot, ttl_s=0.0)),
             ),
             triggers=TriggerService.create(pool, KeelSettings()),
             presence=Presence(PostgresServiceHeartbeats(pool)),

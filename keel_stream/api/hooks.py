@@ -56,7 +56,8 @@ async def create_hook(services: Svc, tenant: Tenant, body: CreateHook) -> HookCr
         if ids is None and prefix is None:
             raise InvalidHook("sessionFilter needs ids or prefix")
     hooks = services.hooks
-    await hooks.policy.target(body.url, hooks.resolver)  # hook_url_refused before storing
+    policy = await hooks.policy_for(tenant)
+    await policy.target(body.url, hooks.resolver)  # hook_url_refused before storing
     secret = new_secret()
     created = await hooks.store.create(tenant, body.url, events, ids, prefix, secret)
     return HookCreated(**hook_view(created).model_dump(), secret=secret)

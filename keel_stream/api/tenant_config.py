@@ -29,7 +29,9 @@ class TenantConfigView(BaseModel):
 @router.get("/v1/tenant/config", response_model=TenantConfigView, responses=ERRORS)
 async def get_tenant_config(services: Svc, tenant: Tenant) -> TenantConfigView:
     """The newest version of the tenant's configuration document (`keel-stream tenants config
-    set`); every env and headers value is shown as its secret reference. 404 before the first."""
+    set`); every env and headers value is shown as its secret reference, and a secret-shaped
+    literal in args or url (in a document stored before it was refused) as `[redacted]`. 404
+    before the first."""
     stored = await services.tenant_configs.latest(tenant)
     if stored is None:
         raise ConfigNotFound(f"tenant {tenant!r} has no configuration document")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 
 import typer
 
@@ -16,6 +17,7 @@ from keel_stream.cli.options import (
 )
 from keel_stream.cli.preflight import ensure_port_free
 from keel_stream.dev.signals import until_signalled
+from keel_stream.gateway.config import load_boot_config
 from keel_stream.hooks.service import HooksConfig, run_hooks
 from keel_stream.metrics import METRICS_PORT_HINT, Component, declare, serve_metrics
 
@@ -40,7 +42,10 @@ def run(
         metrics_host=metrics_host,
     )
     config = HooksConfig.from_settings(
-        settings, require_database(settings), settings.kafka_bootstrap
+        settings,
+        require_database(settings),
+        settings.kafka_bootstrap,
+        load_boot_config(os.environ),  # hooks.allowedHosts of tenants without a document
     )
     declare(Component.HOOKS)
     if settings.metrics_port is not None:

@@ -56,7 +56,8 @@ def set_config(
     """Store a new version of the tenant's document (validated first).
 
     Values of env and headers must be secret references (${NAME}, env:NAME, secret:NAME); a
-    literal secret is refused and never stored."""
+    literal secret is refused and never stored, as is a secret-shaped literal in args or url
+    (literal_secret: use a reference there too)."""
     config = load_config_file(file)
     dsn = require_database(load_settings(database_url=database_url))
 

@@ -18,6 +18,10 @@ References resolve only when a provider starts: ``${NAME}`` and ``env:NAME`` fro
 environment variable NAME, ``secret:NAME`` from ``KEEL_SECRET_<NAME>`` (secrets get a prefix of
 their own so a provider's secret is never an ordinary variable by accident, and a secret store
 can later take over that one form without changing documents).
+
+``args`` and ``url`` may hold references too, and refuse secret-shaped literals
+(keel_stream.gateway.config_secrets); a stored document is read without that check (it may
+predate it) and shown redacted.
 """
 
 from __future__ import annotations
@@ -36,13 +40,16 @@ from pydantic import (
     Field,
     StringConstraints,
     ValidationError,
+    ValidationInfo,
+    field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
 
-from keel_stream.gateway.config_errors import InvalidConfig
+from keel_stream.gateway import config_secrets
+from keel_stream.gateway.config_errors import InvalidConfig, LiteralSecret
 from keel_stream.gateway.config_limits import LimitsSpec
-from keel_stream.gateway.config_policy import Policy, SubagentSettings
+from keel_stream.gateway.config_policy import HooksSettings, Policy, SubagentSettings
 
 __all__ = [
     "BOOT_CONFIG_VAR",
@@ -67,13 +74,15 @@ __all__ = [
     "redact_env",
     "redacted",
     "resolve",
+    "resolved_args",
+    "resolved_url",
 ]
 
 BOOT_CONFIG_VAR: Final = "KEEL_EXTERNAL_CONFIG"
 SECRET_PREFIX: Final = "KEEL_SECRET_"  # noqa: S105 - a variable-name prefix
 MINIMAL_ENV: Final = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "USER")
 """The only variables of the runtime a stdio provider inherits besides those it declares."""
-REDACTED: Final = "[redacted]"
+REDACTED: Final = config_secrets.REDACTED
 
 _NAME: Final = r"[A-Z_][A-Z0-9_]*"
 _REFERENCE: Final = re.compile(
@@ -154,6 +163,16 @@ class ProviderSpec(_Document):
     timeout_ms: Positive | None = None
     max_sessions: Positive | None = None
     budget: Budget | None = None
+
+    @field_validator("args")
+    @classmethod
+    def _no_literal_secret_in_args(cls, args: list[str], info: ValidationInfo) -> list[str]:
+        return config_secrets.checked_args(args, info.context)
+
+    @field_validator("url")
+    @classmethod
+    def _no_literal_secret_in_url(cls, url: str | None, info: ValidationInfo) -> str | None:
+        return config_secrets.checked_url(url, info.context)
 
     @model_validator(mode="after")
     def _fits_transport(self) -> Self:
@@ -251,6 +270,7 @@ class TenantConfig(_Document):
     settings: Settings = Field(default_factory=Settings)
     policy: Policy = Field(default_factory=Policy)
     limits: LimitsSpec = Field(default_factory=LimitsSpec)
+    hooks: HooksSettings = Field(default_factory=HooksSettings)
 
     def document(self) -> dict[str, Any]:
         """The document as JSON, in its own vocabulary (camelCase, only what was given)."""
@@ -270,14 +290,17 @@ def _describe(exc: ValidationError) -> str:
     return "; ".join(problems)
 
 
-def parse_config(document: object) -> TenantConfig:
-    """The validated document, or InvalidConfig naming each offending path."""
+def parse_config(document: object, *, stored: bool = False) -> TenantConfig:
+    """The validated document, or InvalidConfig naming each offending path (LiteralSecret
+    when a literal secret is among them). ``stored``: a document read back from the store,
+    which the literal-secret checks of args and url (newer than some documents) do not refuse."""
     if not isinstance(document, Mapping):
         raise InvalidConfig("the configuration document must be a JSON object")
     try:
-        return TenantConfig.model_validate(dict(document))
+        return TenantConfig.model_validate(dict(document), context={"stored": stored})
     except ValidationError as exc:
-        raise InvalidConfig(_describe(exc)) from None
+        literal = any(e["type"] == config_secrets.LITERAL_SECRET for e in exc.errors())
+        raise (LiteralSecret if literal else InvalidConfig)(_describe(exc)) from None
 
 
 def load_config_file(path: Path | str) -> TenantConfig:
@@ -293,7 +316,7 @@ def load_config_file(path: Path | str) -> TenantConfig:
     try:
         return parse_config(document)
     except InvalidConfig as exc:
-        raise InvalidConfig(f"{path}: {exc.message}") from None
+        raise type(exc)(f"{path}: {exc.message}") from None
 
 
 def load_boot_config(environ: Mapping[str, str]) -> TenantConfig | None:
@@ -323,6 +346,19 @@ def resolve(
     return values
 
 
+def resolved_args(spec: ProviderSpec, environ: Mapping[str, str], where: str) -> list[str]:
+    """A stdio provider's arguments as it starts with them: each reference resolved."""
+    return config_secrets.resolve_args(
+        spec.args, lambda refs: resolve(refs, environ, where), "args"
+    )
+
+
+def resolved_url(spec: ProviderSpec, environ: Mapping[str, str], where: str) -> str:
+    """An http provider's URL as it is called: each query reference resolved."""
+    assert spec.url is not None
+    return config_secrets.resolve_url(spec.url, lambda refs: resolve(refs, environ, where), "url")
+
+
 def minimal_env(
     declared: Mapping[str, str], environ: Mapping[str, str], where: str = "env"
 ) -> dict[str, str]:
@@ -349,23 +385,7 @@ def redact_env(environment: Mapping[str, str], declared: Mapping[str, str]) -> d
 
 def redacted(document: TenantConfig | Mapping[str, Any]) -> dict[str, Any]:
     """A copy of a document safe to show (API, CLI, audit): every env and headers value is
-    its reference as written, or REDACTED if it is not a reference; nothing is resolved."""
+    its reference as written, or REDACTED if it is not a reference; in args and url every
+    secret-shaped literal is REDACTED (config_secrets); nothing is resolved."""
     source = document.document() if isinstance(document, TenantConfig) else document
-    copy = _redact(source)
-    assert isinstance(copy, dict)
-    return copy
-
-
-def _redact(value: Any, key: str | None = None) -> Any:
-    if isinstance(value, Mapping):
-        if key in ("env", "headers"):
-            return {k: _reference_only(v) for k, v in value.items()}
-        return {k: _redact(v, k) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_redact(item) for item in value]
-    return value
-
-
-def _reference_only(value: object) -> str:
-    ref = parse_reference(value) if isinstance(value, str) else None
-    return REDACTED if ref is None else ref.text
+    return config_secrets.redacted_document(source)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from keel_stream.errors import InvalidRequest, NotFound
 
-__all__ = ["ConfigNotFound", "InvalidConfig"]
+__all__ = ["ConfigNotFound", "InvalidConfig", "LiteralSecret"]
 
 
 class InvalidConfig(InvalidRequest):
@@ -18,3 +18,10 @@ class ConfigNotFound(NotFound):
     """The tenant has no configuration document yet (`keel-stream tenants config set`)."""
 
     code = "config_not_found"
+
+
+class LiteralSecret(InvalidConfig):
+    """A secret-shaped literal in a provider's args or url (credentials in a URL, a secret-named
+    query parameter or flag with a literal value, a well-known key shape): use a reference."""
+
+    code = "literal_secret"

@@ -20,7 +20,15 @@ from typing import Annotated, Any, Final, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 from pydantic.alias_generators import to_camel
 
-__all__ = ["DEFAULT_EXPIRY_S", "Condition", "Policy", "SubagentSettings", "ToolPolicy", "When"]
+__all__ = [
+    "DEFAULT_EXPIRY_S",
+    "Condition",
+    "HooksSettings",
+    "Policy",
+    "SubagentSettings",
+    "ToolPolicy",
+    "When",
+]
 
 DEFAULT_EXPIRY_S: Final = 7 * 24 * 3600
 """A decision nobody answers is answered by the system after a week, unless the policy says."""
@@ -118,3 +126,15 @@ class SubagentSettings(_Part):
     max_depth: Annotated[int, Field(ge=0, le=8)] = 3
     """0: the model is offered no `delegate` tool."""
     max_per_tree: Annotated[int, Field(ge=1, le=1000)] = 50
+
+
+HookHost = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9.:/\[\]_-]{1,255}$")]
+
+
+class HooksSettings(_Part):
+    """`hooks`: which non-public receivers this tenant's webhooks may reach. Each entry is a host
+    name, an address or a CIDR; a non-public address is reached only when the operator allows it
+    (KEEL_HOOKS_ALLOWED_HOSTS) and this list names it too, so a tenant narrows the operator's
+    allowlist and never widens it. Empty (the default): public receivers only."""
+
+    allowed_hosts: Annotated[list[HookHost], Field(max_length=64)] = Field(default_factory=list)

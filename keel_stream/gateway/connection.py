@@ -21,7 +21,13 @@ from dataclasses import dataclass, field
 from keel_stream.backoff import Backoff
 from keel_stream.gateway.audit import AuditLog
 from keel_stream.gateway.client import GatewayClient
-from keel_stream.gateway.config import ProviderSpec, minimal_env, resolve
+from keel_stream.gateway.config import (
+    ProviderSpec,
+    minimal_env,
+    resolve,
+    resolved_args,
+    resolved_url,
+)
 from keel_stream.gateway.config_errors import InvalidConfig
 from keel_stream.gateway.errors import ActivationRefused, BackendUnavailable, GatewayError
 from keel_stream.gateway.http import HttpTransport
@@ -80,19 +86,21 @@ def build_transport(
         assert spec.command is not None
         env = minimal_env(spec.env, environ, f"{where}.env")
         return StdioTransport(
-            [spec.command, *spec.args],
+            [spec.command, *resolved_args(spec, environ, where)],
             env,
             name=where,
             kind=str(kind),
             budget=spec.budget,
             declared_env=spec.env,
+            declared_command=[spec.command, *spec.args],
             audit=None if hooks is None else hooks.audit,
             registry=None if hooks is None else hooks.registry,
             max_line_bytes=max_line_bytes,
         )
     assert spec.url is not None
+    url = resolved_url(spec, environ, where)
     headers = resolve(spec.headers, environ, f"{where}.headers")
-    return HttpTransport(spec.url, headers, max_line_bytes=max_line_bytes)
+    return HttpTransport(url, headers, max_line_bytes=max_line_bytes)
 
 
 class Connection:

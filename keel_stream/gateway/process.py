@@ -107,20 +107,24 @@ class ProviderProcess:
         audit: AuditLog | None = None,
         registry: PidRegistry | None = None,
         line_limit: int = DEFAULT_MAX_LINE_BYTES,
+        declared_command: Sequence[str] | None = None,
     ) -> ProviderProcess:
         """Start ``command``; BudgetRefused (audited) when ``budget`` cannot be granted.
 
         ``declared_env`` (the provider's env references) lets the audit copy of the
         environment show references; every other non-allow-listed value is redacted.
         ``line_limit``: the longest line its stdout and stderr readers return (asyncio raises
-        ValueError for a longer one, and buffers at most twice this)."""
+        ValueError for a longer one, and buffers at most twice this).
+        ``declared_command`` (the command as declared, its references unresolved) is what the
+        audit and the pidfile record, so a secret resolved into the arguments stays out."""
         name = name or Path(command[0]).name
+        shown = list(declared_command or command)
         limits = limits_of(budget)
         if budget is not None:
             try:
                 check(limits)
             except BudgetRefused as exc:
-                _refuse(exc, name, command, budget, audit)
+                _refuse(exc, name, shown, budget, audit)
                 raise
         if limits:
             _executable(command, env, cwd)
@@ -135,13 +139,13 @@ class ProviderProcess:
             limit=line_limit,
         )
         if registry is not None:
-            registry.register(proc.pid, name, command)
+            registry.register(proc.pid, name, shown)
         if audit is not None:
             audit.record(
                 "provider.spawned",
                 name=name,
                 kind=kind,
-                command=list(command),
+                command=shown,
                 pid=proc.pid,
                 pgid=proc.pid,
                 env=redact_env(env, declared_env or {}),

@@ -107,9 +107,11 @@ class StdioTransport(Transport):
         audit: AuditLog | None = None,
         registry: PidRegistry | None = None,
         max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+        declared_command: Sequence[str] | None = None,
     ) -> None:
-        """``name``, ``kind``, ``budget``, ``declared_env``, ``audit`` and ``registry`` are
-        handed to ProviderProcess.spawn (a budget refusal propagates as BudgetRefused)."""
+        """``name``, ``kind``, ``budget``, ``declared_env``, ``declared_command``, ``audit``
+        and ``registry`` are handed to ProviderProcess.spawn (a budget refusal propagates as
+        BudgetRefused)."""
         self.command = list(command)
         self.max_line_bytes = max_line_bytes
         self.env = dict(env)
@@ -126,6 +128,7 @@ class StdioTransport(Transport):
             "kind": kind,
             "budget": budget,
             "declared_env": declared_env,
+            "declared_command": declared_command,
             "audit": audit,
             "registry": registry,
             "line_limit": max_line_bytes,

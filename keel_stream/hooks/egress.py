@@ -9,8 +9,11 @@ the cloud metadata address among them), unique-local, multicast, unspecified and
 addresses, IPv4-mapped and NAT64 (64:ff9b::/96) forms of those, any address that either the
 standard library or netaddr (which follows IANA's special-purpose registries, where Python
 before 3.11.10 missed 192.0.0.0/24) does not call global, and any scheme but http and https.
-`KEEL_HOOKS_ALLOWED_HOSTS` (comma-separated host names, addresses or CIDRs) lets named hosts or
-networks through.
+`KEEL_HOOKS_ALLOWED_HOSTS` (comma-separated host names, addresses or CIDRs) is the most the
+operator lets through; a tenant reaches one of those hosts only when its own document lists it
+too (`hooks.allowedHosts`, EgressPolicy.narrowed), so one tenant's internal receiver is never
+every tenant's. A Target says whether its address is public: what a non-public receiver answers
+is not shown to the tenant (keel_stream.hooks.sender).
 """
 
 from __future__ import annotations
@@ -18,8 +21,8 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from typing import Final
 from urllib.parse import SplitResult, urlsplit, urlunsplit
 
@@ -27,12 +30,22 @@ import netaddr
 
 from keel_stream.hooks.errors import HookUrlRefused
 
-__all__ = ["EgressPolicy", "Resolver", "Target", "address_refusal", "system_resolver"]
+__all__ = [
+    "EgressPolicy",
+    "Resolver",
+    "Target",
+    "TenantHosts",
+    "address_refusal",
+    "no_tenant_hosts",
+    "system_resolver",
+]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 """host, port -> the addresses it resolves to."""
+TenantHosts = Callable[[str], Awaitable[Sequence[str]]]
+"""tenant -> the non-public hosts its document lists (hooks.allowedHosts)."""
 
 _SCHEMES: Final = {"http": 80, "https": 443}
 _RESOLVE_TIMEOUT_S: Final = 5.0
@@ -65,6 +78,11 @@ def address_refusal(address: IPAddress) -> str | None:
     return None
 
 
+async def no_tenant_hosts(tenant: str) -> Sequence[str]:
+    """No tenant lists a non-public host: public receivers only."""
+    return ()
+
+
 async def system_resolver(host: str, port: int) -> list[str]:
     infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
     return [str(info[4][0]) for info in infos]
@@ -79,19 +97,30 @@ class Target:
     server_name: str | None
     """The TLS server name (https only)."""
     address: str
+    public: bool
+    """Whether the address is a public one (else the operator and the tenant allowed it)."""
 
 
 @dataclass(frozen=True, slots=True)
 class EgressPolicy:
+    """The operator's allowlist, narrowed by one tenant's (``tenant``) before any use: without
+    a tenant's list no non-public address is allowed."""
+
     allowed_hosts: frozenset[str] = frozenset()
     allowed_networks: tuple[Network, ...] = ()
+    tenant: EgressPolicy | None = None
 
     @classmethod
     def parse(cls, text: str | None) -> EgressPolicy:
         """From KEEL_HOOKS_ALLOWED_HOSTS: host names, addresses and CIDRs, comma-separated."""
+        return cls.of((text or "").split(","))
+
+    @classmethod
+    def of(cls, items: Iterable[str]) -> EgressPolicy:
+        """From host names, addresses and CIDRs."""
         hosts: set[str] = set()
         networks: list[Network] = []
-        for item in (part.strip() for part in (text or "").split(",")):
+        for item in (part.strip() for part in items):
             if not item:
                 continue
             try:
@@ -100,24 +129,39 @@ class EgressPolicy:
                 hosts.add(item.lower().rstrip("."))
         return cls(frozenset(hosts), tuple(networks))
 
-    def _address_allowed(self, address: IPAddress) -> bool:
-        return any(address in network for network in self.allowed_networks)
+    def narrowed(self, tenant_items: Iterable[str]) -> EgressPolicy:
+        """This allowlist as one tenant may use it: a non-public address must be allowed here
+        and by ``tenant_items`` (the tenant's hooks.allowedHosts) too; never more than here."""
+        return replace(self, tenant=EgressPolicy.of(tenant_items))
+
+    def _lets_through(self, host: str, address: IPAddress) -> bool:
+        return host in self.allowed_hosts or any(address in n for n in self.allowed_networks)
+
+    def _allows(self, host: str, address: IPAddress) -> bool:
+        tenant = self.tenant
+        return tenant is not None and (
+            self._lets_through(host, address) and tenant._lets_through(host, address)
+        )
 
     async def target(self, url: str, resolver: Resolver = system_resolver) -> Target:
         """The checked target of an attempt to url; HookUrlRefused when it may not be sent to."""
         parts, host, port = _split(url)
         addresses = await _resolve(host, port, resolver)
-        by_name = host in self.allowed_hosts
         for address in addresses:
             reason = address_refusal(address)
-            if reason is not None and not by_name and not self._address_allowed(address):
-                raise HookUrlRefused(f"{host} resolves to a {reason}; hooks do not send there")
+            if reason is not None and not self._allows(host, address):
+                raise HookUrlRefused(
+                    f"{host} resolves to a {reason}; hooks send there only when the operator "
+                    "allows it (KEEL_HOOKS_ALLOWED_HOSTS) and the tenant's document lists it "
+                    "(hooks.allowedHosts)"
+                )
         chosen = addresses[0]
         literal = f"[{chosen}]" if chosen.version == 6 else str(chosen)
         netloc = f"{literal}:{port}"
         connect_url = urlunsplit((parts.scheme, netloc, parts.path or "/", parts.query, ""))
         server_name = host if parts.scheme == "https" else None
-        return Target(connect_url, parts.netloc, server_name, str(chosen))
+        public = address_refusal(chosen) is None
+        return Target(connect_url, parts.netloc, server_name, str(chosen), public)
 
 
 def _split(url: str) -> tuple[SplitResult, str, int]:

@@ -6,6 +6,12 @@ connection, request and reading at most `_MAX_RESPONSE_BYTES` of the response), 
 subscription's secret(s) at this attempt's timestamp, and ends in one of: delivered (2xx), a
 retry at the policy's next delay, dead (a deterministic refusal, or attempts exhausted), or gone
 (410: the subscription is disabled). Redirects are not followed (3xx is a failure).
+
+The URL is checked against the operator's allowlist narrowed by the subscription's tenant's
+(`hooks.allowedHosts`, read again within seconds of a change). What a receiver at a non-public
+address answers (its body, a connection error's text) is never recorded: the tenant reads
+`lastError` and the attempts log, and the operator's internal hosts are not its to read; the
+status and a fixed text are.
 """
 
 from __future__ import annotations
@@ -20,7 +26,14 @@ import httpx
 
 from keel_stream.backoff import Backoff
 from keel_stream.errors import KeelError
-from keel_stream.hooks.egress import EgressPolicy, Resolver, system_resolver
+from keel_stream.hooks.egress import (
+    EgressPolicy,
+    Resolver,
+    Target,
+    TenantHosts,
+    no_tenant_hosts,
+    system_resolver,
+)
 from keel_stream.hooks.envelope import signature_header
 from keel_stream.hooks.errors import HookUrlRefused
 from keel_stream.hooks.metrics import ATTEMPTS, BACKLOG
@@ -34,6 +47,7 @@ _MAX_RESPONSE_BYTES: Final = 4096
 _LEASE_MARGIN_S: Final = 30.0
 _BACKLOG_EVERY_S: Final = 5.0
 _USER_AGENT: Final = "keel-stream-hooks/1"
+NOT_RECORDED: Final = "(a non-public receiver: what it answered is not recorded)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,9 +74,11 @@ class Sender:
         *,
         resolver: Resolver = system_resolver,
         wake: asyncio.Event | None = None,
+        tenant_hosts: TenantHosts = no_tenant_hosts,
     ) -> None:
         self._queue = queue
         self._policy = policy
+        self._tenant_hosts = tenant_hosts
         self._config = config
         self._resolver = resolver
         self._wake = wake or asyncio.Event()
@@ -163,16 +179,20 @@ class Sender:
 
     async def post(self, claimed: Claimed) -> Response:
         """POST the delivery once; HookUrlRefused when the URL resolves to a refused address."""
+        target: Target | None = None
         try:
             async with asyncio.timeout(self._config.timeout_s):
-                return await self._post(claimed)
+                policy = self._policy.narrowed(await self._tenant_hosts(claimed.tenant))
+                target = await policy.target(claimed.url, self._resolver)
+                return await self._post(claimed, target)
         except HookUrlRefused:
             raise
         except (httpx.HTTPError, OSError, TimeoutError) as exc:
+            if target is not None and not target.public:
+                return Response(None, None, f"{type(exc).__name__} {NOT_RECORDED}")
             return Response(None, None, f"{type(exc).__name__}: {exc}".strip())
 
-    async def _post(self, claimed: Claimed) -> Response:
-        target = await self._policy.target(claimed.url, self._resolver)
+    async def _post(self, claimed: Claimed, target: Target) -> Response:
         timestamp = int(time.time())
         headers = {
             "webhook-id": claimed.webhook_id,
@@ -194,13 +214,13 @@ class Sender:
         )
         response = await self._client.send(request, stream=True)
         try:
-            snippet = await _read_bounded(response)
+            snippet = await _read_bounded(response) if target.public else NOT_RECORDED
         finally:
             with contextlib.suppress(Exception):
                 await response.aclose()
         error = None if 200 <= response.status_code < 300 else f"HTTP {response.status_code}"
         if error is not None and snippet:
-            error = f"{error}: {snippet}"
+            error = f"{error}: {snippet}" if target.public else f"{error} {snippet}"
         return Response(response.status_code, response.headers.get("retry-after"), error)
 
 

@@ -6,9 +6,16 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+from keel_stream.gateway.config import TenantConfig
 from keel_stream.heartbeats import beating
 from keel_stream.hooks.dispatcher import Dispatcher
-from keel_stream.hooks.egress import EgressPolicy, Resolver, system_resolver
+from keel_stream.hooks.egress import (
+    EgressPolicy,
+    Resolver,
+    TenantHosts,
+    no_tenant_hosts,
+    system_resolver,
+)
 from keel_stream.hooks.retry import RetryPolicy
 from keel_stream.hooks.sender import Sender, SenderConfig
 from keel_stream.settings import KeelSettings
@@ -17,9 +24,11 @@ from keel_stream.store.hooks import HookStore
 from keel_stream.store.hooks_dispatch import HookDispatchStore
 from keel_stream.store.hooks_queue import HookQueue
 from keel_stream.store.service_heartbeats import PostgresServiceHeartbeats, ServiceKind
+from keel_stream.store.tenant_configs import TenantConfigs
 from keel_stream.topics.catalog import EVENTS
+from keel_stream.worker.agent_settings import TenantConfigCache
 
-__all__ = ["HookService", "HooksConfig", "group_name", "run_hooks"]
+__all__ = ["HookService", "HooksConfig", "group_name", "run_hooks", "tenant_hosts"]
 
 
 def group_name(topic_prefix: str) -> str:
@@ -29,11 +38,27 @@ def group_name(topic_prefix: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class HookService:
-    """What the API's hook routes use: the store and where hooks may send."""
+    """What the API's hook routes use: the store and where hooks may send (the operator's
+    policy, narrowed per tenant by ``tenant_hosts``)."""
 
     store: HookStore
     policy: EgressPolicy
     resolver: Resolver = system_resolver
+    tenant_hosts: TenantHosts = no_tenant_hosts
+
+    async def policy_for(self, tenant: str) -> EgressPolicy:
+        return self.policy.narrowed(await self.tenant_hosts(tenant))
+
+
+def tenant_hosts(configs: TenantConfigCache) -> TenantHosts:
+    """Each tenant's hooks.allowedHosts, from the document that applies to it (its own, else
+    the boot document), read again within the cache's ttl of a change."""
+
+    async def hosts(tenant: str) -> tuple[str, ...]:
+        resolved = await configs.resolve(tenant)
+        return () if resolved is None else tuple(resolved.config.hooks.allowed_hosts)
+
+    return hosts
 
 
 @dataclass(frozen=True)
@@ -49,12 +74,20 @@ class HooksConfig:
     heartbeat_s: float = 5.0
     """How often the process beats its row (the API's `hooks` capability;
     keel_stream.heartbeats)."""
+    boot_config: TenantConfig | None = None
+    """The runtime's boot document (KEEL_EXTERNAL_CONFIG): the hooks.allowedHosts of every
+    tenant without a document of its own."""
 
     @classmethod
     def from_settings(
-        cls, settings: KeelSettings, database_url: str, bootstrap: str | None
+        cls,
+        settings: KeelSettings,
+        database_url: str,
+        bootstrap: str | None,
+        boot_config: TenantConfig | None = None,
     ) -> HooksConfig:
         return cls(
+            boot_config=boot_config,
             database_url=database_url,
             bootstrap=bootstrap,
             topic_prefix=settings.topic_prefix,
@@ -78,9 +111,12 @@ async def run_hooks(config: HooksConfig, stop: asyncio.Event) -> None:
     run: deliveries come from replays and redeliveries then."""
     pool = await create_pool(config.database_url, min_size=1, max_size=4 + config.senders)
     wake = asyncio.Event()
+    hosts = tenant_hosts(TenantConfigCache(TenantConfigs(pool), config.boot_config))
     try:
         jobs = [
-            Sender(HookQueue(pool), config.policy, config.sender, wake=wake).run(stop)
+            Sender(
+                HookQueue(pool), config.policy, config.sender, wake=wake, tenant_hosts=hosts
+            ).run(stop)
             for _ in range(config.senders)
         ]
         if config.bootstrap is not None:

@@ -59,4 +59,5 @@ class TenantConfigs:
             row = await self._pool.fetchrow(query("tenant_config_latest"), tenant)
         if row is None:
             return None
-        return StoredConfig(int(row["version"]), parse_config(row["document"]), row["created_at"])
+        config = parse_config(row["document"], stored=True)  # it may predate a check
+        return StoredConfig(int(row["version"]), config, row["created_at"])

@@ -41,7 +41,13 @@ from mcp_types import (
 )
 
 from keel_stream.gateway.budget import check, limits_of, wrap_command
-from keel_stream.gateway.config import ToolSpec, minimal_env, resolve
+from keel_stream.gateway.config import (
+    ToolSpec,
+    minimal_env,
+    resolve,
+    resolved_args,
+    resolved_url,
+)
 from keel_stream.gateway.jsonrpc import DEFAULT_MAX_LINE_BYTES
 from keel_stream.gateway.protocol import ToolSpec as ProvidedTool
 from keel_stream.worker.tool_providers import ToolConnection
@@ -91,7 +97,7 @@ def stdio_parameters(
     env = minimal_env(spec.env, environ, f"{where}.env")
     limits = limits_of(spec.budget)
     check(limits)
-    command = wrap_command([spec.command, *spec.args], limits)
+    command = wrap_command([spec.command, *resolved_args(spec, environ, where)], limits)
     keep = ",".join(sorted(env))
     return StdioServerParameters(
         command=sys.executable,
@@ -219,7 +225,7 @@ class McpConnection(ToolConnection):
             return stdio_parameters(self.spec, self._environ, where, self.max_line_bytes)
         assert self.spec.url is not None
         headers = resolve(self.spec.headers, self._environ, f"{where}.headers")
-        return _http_transport(self.spec.url, headers)
+        return _http_transport(resolved_url(self.spec, self._environ, where), headers)
 
     async def _open(self) -> tuple[ProvidedTool, ...]:
         session = _Session(self._target())

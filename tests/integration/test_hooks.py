@@ -22,7 +22,13 @@ from keel_stream.kernel.canonical import canonical_json
 from keel_stream.relay import RelayConfig
 from keel_stream.store import PostgresLedger, create_pool
 from tests.support.api import serve_api
-from tests.support.hook_receiver import HookReceiver, fast_config, hooks_task
+from tests.support.hook_receiver import (
+    LOOPBACK_RECEIVERS,
+    HookReceiver,
+    fast_config,
+    hooks_task,
+    tenant_document,
+)
 from tests.support.kafka import KafkaServer
 from tests.support.ledger import converse, grant_lease
 from tests.support.relays import relay_task
@@ -117,6 +123,7 @@ async def platform(
     relay = RelayConfig(database_dsn, kafka.bootstrap, topic_prefix, poll_interval_s=0.2)
     try:
         async with serve_api(database_dsn) as api, api.client() as client:
+            await tenant_document(database_dsn, "acme", LOOPBACK_RECEIVERS)
             created = await client.post(
                 "/v1/hooks", json={"url": receiver.url, "events": list(HOOK_NAMES)}
             )

@@ -18,7 +18,7 @@ from keel_stream.hooks.service import HooksConfig
 from keel_stream.store import PostgresLedger, create_pool
 from keel_stream.store.keys import KeyStore
 from tests.support.api import Api, serve_api
-from tests.support.hook_receiver import HookReceiver, fast_config, hooks_task
+from tests.support.hook_receiver import HookReceiver, fast_config, hooks_task, tenant_document
 from tests.support.ledger import converse
 from tests.support.wait import wait_until
 
@@ -43,6 +43,8 @@ async def api_with_sessions(dsn: str, allowed: str | None) -> AsyncIterator[Api]
                     await converse(ledger, pool, "s1", 1)
             finally:
                 await pool.close()
+            if allowed is not None:  # the tenant's own list narrows the operator's
+                await tenant_document(dsn, "acme", {"hooks": {"allowedHosts": allowed.split(",")}})
             yield api
 
 

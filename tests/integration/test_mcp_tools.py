@@ -165,3 +165,16 @@ def test_a_stdio_server_sees_only_the_minimal_environment_and_its_own(tmp_path: 
     assert seen["HOME"] == str(tmp_path)
     assert "KEEL_DATABASE_URL" not in seen
     assert "SHELL" not in seen
+
+
+def test_a_secret_reference_in_an_mcp_servers_args_resolves_when_it_starts() -> None:
+    declared = {"protocol": "mcp", "transport": "stdio", "command": sys.executable,
+                "args": ["-c", "import sys; print(sys.argv[1:])", "secret:TIME_TOKEN",
+                         "--token=env:TIME_TOKEN"]}  # fmt: skip
+    spec = parse_config({"external": {"tools": {"time": declared}}}).external.tools["time"]
+    runtime = {"PATH": "/usr/bin:/bin", "KEEL_SECRET_TIME_TOKEN": "t0k", "TIME_TOKEN": "t1k"}
+    params = stdio_parameters(spec, runtime, "external.tools.time")
+    printed = subprocess.run(
+        [params.command, *params.args], env=params.env, capture_output=True, check=True, text=True
+    ).stdout
+    assert printed.strip() == "['t0k', '--token=t1k']"

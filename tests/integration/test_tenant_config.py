@@ -143,3 +143,73 @@ async def test_get_tenant_config_is_redacted_and_versioned(
         assert headers == {"Authorization": "secret:DOCS_TOKEN"}
         anonymous = await client.get("/v1/tenant/config", headers={"Authorization": ""})
         assert anonymous.status_code == 401
+
+
+SECRET_VALUE = "sk-live-0123456789abcdefXYZ"
+SECRET_SHAPES: list[tuple[str, dict[str, Any], str]] = [
+    ("args", {"transport": "stdio", "command": "t", "args": ["--api-key", "v4lue-9a8b7c"]}, ""),
+    ("args", {"transport": "stdio", "command": "t", "args": ["--x", SECRET_VALUE]}, ""),
+    ("url", {"transport": "http", "url": "https://bob:v4lue-9a8b7c@tools.example.com/"}, ""),
+    ("url", {"transport": "http", "url": "https://tools.example.com/?token=v4lue-9a8b7c"}, ""),
+]
+
+
+def _tool(spec: dict[str, Any]) -> dict[str, Any]:
+    return {"external": {"tools": {"leaky": spec}}}
+
+
+async def test_the_cli_refuses_a_secret_shaped_literal_in_args_or_url_with_literal_secret(
+    database_dsn: str, pool: asyncpg.Pool, ledger: PostgresLedger, tmp_path: Path
+) -> None:
+    await ledger.create_tenant("acme")
+    env = {"KEEL_DATABASE_URL": database_dsn}
+    for field, spec, _ in SECRET_SHAPES:
+        path = tmp_path / "leaky.json"
+        path.write_bytes(orjson.dumps(_tool(spec)))
+        result = await run_keel("tenants", "config", "set", "acme", str(path), env=env)
+        message = one_line_error(result, "literal_secret", 1)
+        assert f"external.tools.leaky.{field}" in message
+        for literal in ("v4lue-9a8b7c", SECRET_VALUE):
+            assert literal not in result.stdout + result.stderr
+    assert await _stored_documents(pool) == []
+    with_refs = _tool(
+        {"transport": "stdio", "command": "t", "args": ["--api-key", "secret:TOOL_KEY"]}
+    )
+    path.write_bytes(orjson.dumps(with_refs))
+    stored = await run_keel("tenants", "config", "set", "acme", str(path), env=env)
+    assert stored.returncode == 0, stored.stderr
+
+
+async def test_a_document_stored_with_literal_secrets_is_shown_without_them(
+    database_dsn: str, pool: asyncpg.Pool, ledger: PostgresLedger
+) -> None:
+    """A document stored before the args/url checks existed: still read, never echoed."""
+    await ledger.create_tenant("acme")
+    leaky = {
+        "external": {
+            "tools": {
+                "a": {"transport": "stdio", "command": "t", "args": ["--api-key", SECRET_VALUE]},
+                "b": {
+                    "transport": "http",
+                    "url": "https://bob:pw-9a8b7c6d@h.example/?key=k-9a8b7c",
+                },
+            }
+        }
+    }
+    await pool.execute(
+        "INSERT INTO tenant_configs (tenant_id, version, document) VALUES ($1, 1, $2::text::jsonb)",
+        "acme",
+        orjson.dumps(leaky).decode(),
+    )
+    env = {"KEEL_DATABASE_URL": database_dsn}
+    shown = await run_keel("tenants", "config", "show", "acme", env=env)
+    assert shown.returncode == 0, shown.stderr
+    async with serve_api(database_dsn) as api, api.client() as client:
+        response = await client.get("/v1/tenant/config")
+    assert response.status_code == 200, response.text
+    for text in (shown.stdout, response.text):
+        for literal in (SECRET_VALUE, "pw-9a8b7c6d", "k-9a8b7c", "bob"):
+            assert literal not in text, (literal, text)
+    document = response.json()["document"]
+    assert document == orjson.loads(shown.stdout)["document"]
+    assert document["external"]["tools"]["a"]["args"] == ["--api-key", "[redacted]"]

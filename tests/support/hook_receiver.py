@@ -20,6 +20,8 @@ from keel_stream.hooks.retry import RetryPolicy
 from keel_stream.hooks.sender import SenderConfig
 from keel_stream.hooks.service import HooksConfig, run_hooks
 from keel_stream.kafka.broker import free_port
+from keel_stream.store import create_pool
+from keel_stream.store.tenant_configs import TenantConfigs
 
 
 def fast_config(dsn: str, bootstrap: str | None, prefix: str) -> HooksConfig:
@@ -35,6 +37,20 @@ def fast_config(dsn: str, bootstrap: str | None, prefix: str) -> HooksConfig:
             retry=RetryPolicy(base_s=0.5, max_delay_s=2.0, max_attempts=200),
         ),
     )
+
+
+async def tenant_document(dsn: str, tenant: str, document: dict[str, Any]) -> None:
+    """Store a new version of the tenant's document (say, `{"hooks": {"allowedHosts": [...]}}`:
+    a tenant reaches the operator's non-public hosts only when its document lists them)."""
+    pool = await create_pool(dsn, max_size=1)
+    try:
+        await TenantConfigs(pool).put(tenant, document)
+    finally:
+        await pool.close()
+
+
+LOOPBACK_RECEIVERS: dict[str, Any] = {"hooks": {"allowedHosts": ["127.0.0.1"]}}
+"""The tenant document that lets a tenant's hooks reach this module's receivers."""
 
 
 @contextlib.asynccontextmanager
@@ -65,6 +81,8 @@ class HookReceiver:
     port: int = field(default_factory=lambda: free_port())
     answer: int = 204
     """The status of every verified request."""
+    answer_body: str = ""
+    """The body of every verified request's answer."""
     accepted: list[Received] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
     """Requests no secret verified (each with the library's reason)."""
@@ -97,7 +115,7 @@ class HookReceiver:
                 )
             )
             assert orjson.loads(body) == document
-            return web.Response(status=self.answer)
+            return web.Response(status=self.answer, text=self.answer_body or None)
         self.refused.append("; ".join(reasons) or "no secret")
         return web.Response(status=400, text="signature refused")
 

@@ -11,6 +11,8 @@ import orjson
 import pytest
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
+from keel_stream.gateway.config import parse_config
+from keel_stream.gateway.config_errors import InvalidConfig
 from keel_stream.hooks.egress import EgressPolicy, address_refusal
 from keel_stream.hooks.envelope import (
     body_of,
@@ -134,7 +136,8 @@ async def test_refused_urls() -> None:
 
 
 async def test_the_allowlist_lets_named_hosts_and_networks_through() -> None:
-    policy = EgressPolicy.parse(" 127.0.0.1, hooks.internal ,10.8.0.0/16")
+    listed = " 127.0.0.1, hooks.internal ,10.8.0.0/16"
+    policy = EgressPolicy.parse(listed).narrowed(listed.split(","))
 
     async def ten(host: str, port: int) -> list[str]:
         return ["10.9.0.1"]
@@ -146,6 +149,33 @@ async def test_the_allowlist_lets_named_hosts_and_networks_through() -> None:
     assert (await policy.target("http://hooks.internal/", ten)).address == "10.9.0.1"
     with pytest.raises(HookUrlRefused):
         await policy.target("http://10.9.0.1/")
+
+
+async def test_a_tenant_reaches_only_non_public_hosts_both_it_and_the_operator_allow() -> None:
+    operator = EgressPolicy.parse("127.0.0.1, hooks.internal, 10.8.0.0/16")
+
+    async def ten(host: str, port: int) -> list[str]:
+        return ["10.9.0.1"]
+
+    async def public(host: str, port: int) -> list[str]:
+        return ["93.184.215.14"]
+
+    for url in ("http://127.0.0.1:9000/in", "http://10.8.3.4/"):
+        with pytest.raises(HookUrlRefused, match=r"hooks\.allowedHosts"):
+            await operator.narrowed([]).target(url)
+    tenant = operator.narrowed(["127.0.0.1", "10.0.0.0/8", "hooks.internal", "192.168.0.0/16"])
+    assert (await tenant.target("http://127.0.0.1:9000/in")).address == "127.0.0.1"
+    assert (await tenant.target("http://10.8.3.4/")).address == "10.8.3.4"
+    for url in ("http://10.9.0.1/", "http://192.168.1.1/"):  # the tenant's list never widens
+        with pytest.raises(HookUrlRefused):
+            await tenant.target(url)
+    with pytest.raises(HookUrlRefused):  # the operator names the host, 10.9/16 is not the tenant's
+        await operator.narrowed(["127.0.0.1"]).target("http://hooks.internal/", ten)
+    assert (await tenant.target("http://hooks.internal/", ten)).address == "10.9.0.1"
+    for policy in (operator.narrowed([]), tenant):
+        target = await policy.target("https://hooks.example.com/", public)
+        assert target.public
+    assert not (await tenant.target("http://127.0.0.1:9000/in")).public
 
 
 def test_verdicts() -> None:
@@ -181,3 +211,12 @@ def test_retry_after_in_seconds_or_as_a_date() -> None:
     assert parse_retry_after(later, now) == 90
     assert parse_retry_after("soon") is None
     assert parse_retry_after(None) is None
+
+
+def test_a_tenant_document_lists_its_hook_hosts_in_hooks_allowed_hosts() -> None:
+    document = {"hooks": {"allowedHosts": ["127.0.0.1", "10.20.0.0/16", "hooks.internal"]}}
+    assert parse_config(document).hooks.allowed_hosts == document["hooks"]["allowedHosts"]
+    assert parse_config({}).hooks.allowed_hosts == []
+    for bad in (["a host"], ["x" * 300], ["h"] * 65, "127.0.0.1"):
+        with pytest.raises(InvalidConfig, match=r"hooks\.allowedHosts"):
+            parse_config({"hooks": {"allowedHosts": bad}})
