@@ -1,6 +1,6 @@
 -- Claim one run: a running one whose lease expired (a takeover), else a pending one. Two probes,
--- each an index range of claimable rows only (runs_lease_expiry, runs_pending), so the healthy
--- leases are never walked; the pending probe runs only when no expired lease could be taken.
+-- each an index range of claimable rows only (runs_lease_expiry, runs_pending_by_tenant), so the
+-- healthy leases are never walked; the pending probe runs only when no expired lease was taken.
 -- SKIP LOCKED lets workers claim concurrently; the epoch increases on every claim, which fences
 -- the previous owner. External sessions are filtered here (fail-closed): even a dirty run row is
 -- never claimed. A pending claim starts an attempt (attempts + 1). A takeover does not: the new
@@ -12,9 +12,13 @@
 -- Fairness: $3 names tenants the claiming worker already runs its share of (skipped by both
 -- probes); $4 caps running attempts per tenant across all workers (0: no cap). Pending runs of the
 -- tenants with the fewest running attempts go first, oldest first among equals: one tenant's
--- backlog never queues another tenant's input behind it. Counting a tenant's running runs is an
--- index range (runs_running_by_tenant); ordering sorts the pending runs, which are few in a
--- healthy fleet (a run is pending only between input and a claim).
+-- backlog never queues another tenant's input behind it.
+-- Cost: the probe ranks tenants, not pending runs. `waiting` skips from one tenant with pending
+-- runs to the next (runs_pending_by_tenant, one index probe per tenant); each tenant's running
+-- attempts are counted once (runs_running_by_tenant) and its oldest claimable pending run read
+-- once, so a tenant with a deep backlog costs what a tenant with one pending run costs. The
+-- ranked tenants are tried in order and the first one with an unlocked run wins (LIMIT 1 stops
+-- the lateral pick early, so only that run is locked).
 UPDATE runs AS r
 SET status = 'running',
     lease_owner = $1,
@@ -36,20 +40,45 @@ FROM (
     ) AS expired
     UNION ALL
     SELECT * FROM (
-        SELECT c.tenant_id, c.session_id, c.status
-        FROM runs AS c
-        JOIN sessions AS s USING (tenant_id, session_id)
-        LEFT JOIN LATERAL (
-            SELECT count(*) AS running FROM runs AS b
-            WHERE b.tenant_id = c.tenant_id AND b.status = 'running'
-        ) AS busy ON true
-        WHERE c.status = 'pending' AND s.state_owner <> 'external'
-          AND (c.not_before IS NULL OR c.not_before <= now())
-          AND NOT c.tenant_id = ANY($3::text[])
-          AND ($4::int = 0 OR busy.running < $4::int)
-        ORDER BY busy.running, c.updated_at
+        WITH RECURSIVE waiting (tenant_id) AS (
+            (SELECT p.tenant_id FROM runs AS p WHERE p.status = 'pending'
+             ORDER BY p.tenant_id LIMIT 1)
+            UNION ALL
+            SELECT (SELECT p.tenant_id FROM runs AS p
+                    WHERE p.status = 'pending' AND p.tenant_id > w.tenant_id
+                    ORDER BY p.tenant_id LIMIT 1)
+            FROM waiting AS w WHERE w.tenant_id IS NOT NULL
+        ), ranked AS (
+            SELECT w.tenant_id, busy.running, oldest.updated_at
+            FROM waiting AS w
+            CROSS JOIN LATERAL (
+                SELECT count(*) AS running FROM runs AS b
+                WHERE b.tenant_id = w.tenant_id AND b.status = 'running'
+            ) AS busy
+            CROSS JOIN LATERAL (
+                SELECT o.updated_at FROM runs AS o
+                WHERE o.tenant_id = w.tenant_id AND o.status = 'pending'
+                  AND (o.not_before IS NULL OR o.not_before <= now())
+                ORDER BY o.updated_at LIMIT 1
+            ) AS oldest
+            WHERE w.tenant_id IS NOT NULL AND NOT w.tenant_id = ANY($3::text[])
+              AND ($4::int = 0 OR busy.running < $4::int)
+            ORDER BY busy.running, oldest.updated_at
+        )
+        SELECT pick.tenant_id, pick.session_id, pick.status
+        FROM ranked
+        CROSS JOIN LATERAL (
+            SELECT c.tenant_id, c.session_id, c.status
+            FROM runs AS c
+            JOIN sessions AS s USING (tenant_id, session_id)
+            WHERE c.tenant_id = ranked.tenant_id AND c.status = 'pending'
+              AND (c.not_before IS NULL OR c.not_before <= now())
+              AND s.state_owner <> 'external'
+            ORDER BY c.updated_at
+            LIMIT 1
+            FOR UPDATE OF c SKIP LOCKED
+        ) AS pick
         LIMIT 1
-        FOR UPDATE OF c SKIP LOCKED
     ) AS pending
     LIMIT 1
 ) AS claimed
