@@ -45,6 +45,8 @@ async def llmock(log: Path) -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
 
         async def answers() -> bool:
+            if process.returncode is not None:
+                raise RuntimeError(f"llmock exited ({process.returncode}): see {log}")
             with contextlib.suppress(httpx.TransportError):
                 return (await client.get("/_llmock/scenario")).is_success
             return False
@@ -53,7 +55,8 @@ async def llmock(log: Path) -> AsyncIterator[httpx.AsyncClient]:
             await wait_until(answers, 30, "llmock to serve")
             yield client
         finally:
-            process.terminate()
+            with contextlib.suppress(ProcessLookupError):
+                process.terminate()
             await asyncio.wait_for(process.wait(), 30)
 
 
