@@ -42,6 +42,7 @@ from keel_stream.hooks.service import HookService, tenant_hosts
 from keel_stream.readmodels import ReadModels
 from keel_stream.settings import KeelSettings
 from keel_stream.store import PostgresLedger, create_pool
+from keel_stream.store.connect import Pool
 from keel_stream.store.deadlines import PostgresDeadlines
 from keel_stream.store.external_sessions import PostgresExternalSessions
 from keel_stream.store.hooks import HookStore
@@ -63,51 +64,18 @@ def create_app(config: ApiConfig) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         pool = await create_pool(config.database_url, min_size=2, max_size=20)
-        hub = LiveHub(pool, config.bootstrap, config.topic_prefix)
-        models = ReadModels.from_pool(pool)
-        ledger = PostgresLedger(pool)
-        configs = TenantConfigs(pool)
-        boot = config.boot_config or load_boot_config(os.environ)
-        agents = ExternalAgents(
-            ledger,
-            PostgresExternalSessions(pool),
-            configs,
-            boot,
-            data_dir=config.data_dir,
-            max_line_bytes=config.rpc_max_line_bytes,
-        )
-        await hub.start()
-        await models.start()
-        await agents.start()
-        app.state.services = Services(
-            ledger=ledger,
-            sessions=PostgresSessions(pool),
-            keys=KeyStore(pool),
-            models=models,
-            runs=PostgresRuns(pool, "api", 1),
-            hub=hub,
-            tenant_configs=configs,
-            external=agents,
-            ops=OpsReader(pool),
-            projections=PostgresProjectionStore(pool),
-            deadlines=PostgresDeadlines(pool),
-            subagents=PostgresSubagents(pool),
-            hooks=HookService(
-                HookStore(pool),
-                EgressPolicy.parse(KeelSettings().hooks_allowed_hosts),
-                tenant_hosts=tenant_hosts(TenantConfigCache(configs, boot, ttl_s=0.0)),
-            ),
-            triggers=TriggerService.create(pool, KeelSettings()),
-            presence=Presence(PostgresServiceHeartbeats(pool)),
-            guard=TenantGuard(config.tenant_limits, configs),
-        )
+        services = _services(config, pool)
+        await services.hub.start()
+        await services.models.start()
+        await services.external.start()
+        app.state.services = services
         try:
             yield
         finally:
             config.draining.set()
-            await agents.stop()
-            await models.close()
-            await hub.stop()
+            await services.external.stop()
+            await services.models.close()
+            await services.hub.stop()
             await pool.close()
 
     app = FastAPI(
@@ -123,6 +91,43 @@ def create_app(config: ApiConfig) -> FastAPI:
     app.add_middleware(SlotRelease)  # outermost: a slot is given back once the response ended
     _include_routers(app)
     return app
+
+
+def _services(config: ApiConfig, pool: Pool) -> Services:
+    """Everything a request may use, on one pool; the caller starts and stops what runs."""
+    ledger = PostgresLedger(pool)
+    configs = TenantConfigs(pool)
+    boot = config.boot_config or load_boot_config(os.environ)
+    settings = KeelSettings()
+    return Services(
+        ledger=ledger,
+        sessions=PostgresSessions(pool),
+        keys=KeyStore(pool),
+        models=ReadModels.from_pool(pool),
+        runs=PostgresRuns(pool, "api", 1),
+        hub=LiveHub(pool, config.bootstrap, config.topic_prefix),
+        tenant_configs=configs,
+        external=ExternalAgents(
+            ledger,
+            PostgresExternalSessions(pool),
+            configs,
+            boot,
+            data_dir=config.data_dir,
+            max_line_bytes=config.rpc_max_line_bytes,
+        ),
+        ops=OpsReader(pool),
+        projections=PostgresProjectionStore(pool),
+        deadlines=PostgresDeadlines(pool),
+        subagents=PostgresSubagents(pool),
+        hooks=HookService(
+            HookStore(pool),
+            EgressPolicy.parse(settings.hooks_allowed_hosts),
+            tenant_hosts=tenant_hosts(TenantConfigCache(configs, boot, ttl_s=0.0)),
+        ),
+        triggers=TriggerService.create(pool, settings),
+        presence=Presence(PostgresServiceHeartbeats(pool)),
+        guard=TenantGuard(config.tenant_limits, configs),
+    )
 
 
 def _include_routers(app: FastAPI) -> None:

@@ -17,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import faust
+import structlog
 from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import murmur2
 from faust.exceptions import ConsumerNotStarted
@@ -53,6 +56,7 @@ from keel_stream.topics.catalog import EVENTS, SSE
 __all__ = ["HostConfig", "build_app", "run_worker"]
 
 _LAG_EVERY_S: Final = 1.0
+_CRASH_STOP_S: Final = 20.0
 STARTUP_PATIENCE_S: Final = 60.0
 """How long the worker waits at start for a broker that does not answer yet."""
 _log = get_logger("projector")
@@ -282,9 +286,13 @@ def build_app(config: HostConfig) -> faust.App:
         async for batch in stream.take_events(config.batch_size, within=config.batch_within_s):
             records = _records(batch)
             runtime.note_first_records(records)
-            result = await retrying(
-                partial(runtime.apply, records), "apply batch", config.retry, runtime.log
-            )
+            try:
+                result = await retrying(
+                    partial(runtime.apply, records), "apply batch", config.retry, runtime.log
+                )
+            except Exception:
+                _exit_unless_stopped_within(_CRASH_STOP_S, runtime.log)
+                raise
             if result.gap_filled:
                 runtime.log.info("gap filled from the ledger", events=result.gap_filled)
             runtime.measure_lag(app.consumer)
@@ -349,6 +357,21 @@ async def _apply_topics(config: HostConfig, patience_s: float = STARTUP_PATIENCE
             delay = backoff.next_delay()
             _log.warning("broker not reachable yet; retrying", error=exc.message, delay_s=delay)
             await asyncio.sleep(delay)
+
+
+def _exit_unless_stopped_within(seconds: float, log: structlog.stdlib.BoundLogger) -> None:
+    """Arm a deadline on the crash that follows: Faust's stop after an agent's crash waits on
+    its consumer and has been seen to hang under load, which would leave the worker alive with
+    its partitions stalled. Past the deadline the process exits 1 as the crash would have."""
+
+    def exit_now() -> None:
+        log.critical("the crash did not stop the worker in time; exiting", deadline_s=seconds)
+        logging.shutdown()
+        os._exit(1)
+
+    timer = threading.Timer(seconds, exit_now)
+    timer.daemon = True
+    timer.start()
 
 
 def run_worker(config: HostConfig) -> None:
