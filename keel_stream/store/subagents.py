@@ -1,12 +1,12 @@
 """Subagent links: which session is a child of which (the call it answers, its depth, its tree),
-pages of a session's children, the size of a tree, and a cancel that reaches a whole subtree; on
-PostgreSQL or in memory."""
+written only while the tree is under its budget; pages of a session's children, and a cancel
+that reaches a whole subtree; on PostgreSQL or in memory."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import Final, Protocol
 
 import asyncpg
 
@@ -14,6 +14,8 @@ from keel_stream.store.driver_errors import translated
 from keel_stream.store.sqlfiles import query
 
 __all__ = ["ChildRow", "Link", "MemorySubagents", "PostgresSubagents", "Subagents"]
+
+TREE_LOCK_CLASS: Final = 0x6B737562  # "ksub": serialises the links of one tree
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,27 +38,28 @@ class ChildRow:
 
 
 class Subagents(Protocol):
-    async def link(self, tenant: str, child: str, link: Link) -> None:
-        """Record the child's link; a second write of the same child changes nothing."""
+    async def link(self, tenant: str, child: str, link: Link, budget: int) -> bool:
+        """Record the child's link if its tree holds fewer than `budget` subagents; whether the
+        child is linked (now, or by an earlier write, which a second one leaves as it is)."""
         ...
-
-    async def tree_size(self, tenant: str, root: str) -> int: ...
 
 
 class PostgresSubagents:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
 
-    async def link(self, tenant: str, child: str, link: Link) -> None:
-        async with translated("link a subagent"):
-            await self._pool.execute(
+    async def link(self, tenant: str, child: str, link: Link, budget: int) -> bool:
+        async with (
+            translated("link a subagent"),
+            self._pool.acquire() as conn,
+            conn.transaction(),
+        ):
+            await conn.execute(query("subagent_tree_lock"), TREE_LOCK_CLASS, tenant, link.root)
+            linked = await conn.fetchval(
                 query("subagent_link"), tenant, child, link.parent, link.tool_call_id,
-                link.depth, link.root,
+                link.depth, link.root, budget,
             )  # fmt: skip
-
-    async def tree_size(self, tenant: str, root: str) -> int:
-        async with translated("count a subagent tree"):
-            return int(await self._pool.fetchval(query("subagent_tree_size"), tenant, root))
+        return bool(linked)
 
     async def link_of(self, tenant: str, child: str) -> Link | None:
         async with translated("read a subagent link"):
@@ -96,8 +99,12 @@ class MemorySubagents:
     def __init__(self) -> None:
         self._links: dict[tuple[str, str], Link] = {}
 
-    async def link(self, tenant: str, child: str, link: Link) -> None:
-        self._links.setdefault((tenant, child), link)
-
-    async def tree_size(self, tenant: str, root: str) -> int:
-        return sum(1 for (t, _), link in self._links.items() if t == tenant and link.root == root)
+    async def link(self, tenant: str, child: str, link: Link, budget: int) -> bool:
+        if (tenant, child) not in self._links:
+            size = sum(
+                1 for (t, _), o in self._links.items() if t == tenant and o.root == link.root
+            )
+            if size >= budget:
+                return False
+            self._links[(tenant, child)] = link
+        return True

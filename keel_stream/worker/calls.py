@@ -142,9 +142,7 @@ class CallRunner:
         refused = await self._delegations.ensure(
             claim.tenant, claim.session, call, attempt.history, attempt.limits
         )
-        if refused is None:
-            return _WAIT
-        return Resolution(None, refused, True, field="subagent", provenance={"refused": True})
+        return _WAIT if refused is None else refused
 
     async def run_tool(
         self,

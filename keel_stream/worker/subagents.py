@@ -8,7 +8,7 @@ import contextlib
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from keel_stream.errors import IdempotencyConflict, KeelError, SessionExists
+from keel_stream.errors import IdempotencyConflict, KeelError, SessionExists, SessionNotFound
 from keel_stream.gateway.config_policy import SubagentSettings
 from keel_stream.kernel import CommitRequest, Delivery, Event, Kind, StopReason
 from keel_stream.kernel.subagents import (
@@ -85,18 +85,26 @@ def _selection(log: Iterable[Event]) -> Mapping[str, Any] | None:
     return chosen
 
 
-def _task_of(call: Mapping[str, Any]) -> tuple[str, list[str] | None] | str:
-    """(task, tools) of a delegate call, or why it cannot be delegated."""
+def _task_of(call: Mapping[str, Any]) -> tuple[str, list[str] | None] | Resolution:
+    """(task, tools) of a delegate call, or the error result saying why it cannot be delegated."""
     arguments = call.get("arguments") or {}
     task = arguments.get("task")
     if not isinstance(task, str) or not task.strip() or len(task) > MAX_TASK_CHARS:
-        return f"delegate needs a task: a non-empty string of at most {MAX_TASK_CHARS} characters"
+        reason = f"delegate needs a task: a non-empty string of at most {MAX_TASK_CHARS} characters"
+        return _refusal("task", reason)
     tools = arguments.get("tools")
     if tools is not None and not (
         isinstance(tools, list) and all(isinstance(t, str) for t in tools)
     ):
-        return "delegate's tools must be a list of tool names"
+        return _refusal("tools", "delegate's tools must be a list of tool names")
     return task, tools
+
+
+def _refusal(limit: str, text: str) -> Resolution:
+    """The error result of a delegate call that gets no child: `subagent.refused` names the limit
+    (or the argument) it is over; the parent's attempt goes on with it like any tool's error."""
+    return Resolution(None, f"no subagent: {text}", True, field="subagent",
+                      provenance={"refused": limit})  # fmt: skip
 
 
 def _final_text(log: list[Event]) -> str:
@@ -107,6 +115,27 @@ def _final_text(log: list[Event]) -> str:
             content = event.payload.get("content") or []
             return "".join(b.get("text", "") for b in content if isinstance(b, dict))
     return ""
+
+
+def _task_input(
+    tenant: str,
+    child: str,
+    link: Link,
+    task: tuple[str, list[str] | None],
+    parent_log: list[Event],
+) -> CommitRequest:
+    """The child's first input: its task, its link to the parent, the parent's selection."""
+    linked: dict[str, Any] = {"parent": link.parent, "toolCallId": link.tool_call_id,
+                              "depth": link.depth, "root": link.root}  # fmt: skip
+    if task[1] is not None:
+        linked["tools"] = task[1]
+    key = TASK_KEY_PREFIX + link.tool_call_id
+    payload: dict[str, Any] = {"text": task[0], "requestId": key,
+                               "delivery": Delivery.QUEUE.value, "subagent": linked}  # fmt: skip
+    if (selection := _selection(parent_log)) is not None:
+        payload["selection"] = dict(selection)
+    return CommitRequest(tenant_id=tenant, session_id=child, kind=Kind.USER_MESSAGE,
+                         payload=payload, key=key)  # fmt: skip
 
 
 def report_resolution(call: Mapping[str, Any], seq: int, report: Mapping[str, Any]) -> Resolution:
@@ -135,37 +164,26 @@ class Delegations:
         call: Mapping[str, Any],
         parent_log: list[Event],
         limits: SubagentSettings,
-    ) -> str | None:
+    ) -> Resolution | None:
         """Create the call's child (linked, with its task) if it is not there; None when it
-        runs, else why it cannot (the call is answered with that error)."""
+        runs, else the call's error result saying which limit it is over."""
         task = _task_of(call)
-        if isinstance(task, str):
+        if isinstance(task, Resolution):
             return task
         mine = task_link(parent_log)
         depth = int(mine.get("depth", 0)) + 1 if mine else 1
         root = str(mine.get("root", parent)) if mine else parent
         if depth > limits.max_depth:
-            return f"no subagent: the depth limit is {limits.max_depth}"
+            reason = f"maxDepth is {limits.max_depth}; this child would be at depth {depth}"
+            return _refusal("maxDepth", reason)
         child = child_session_id(parent, str(call["id"]))
-        if await self._links.tree_size(tenant, root) >= limits.max_per_tree and not (
-            await self._known(tenant, child)
-        ):
-            return f"no subagent: this tree already has {limits.max_per_tree} (the budget)"
-        await self._links.link(tenant, child, Link(parent, str(call["id"]), depth, root))
+        link = Link(parent, str(call["id"]), depth, root)
+        if not await self._links.link(tenant, child, link, limits.max_per_tree):
+            reason = f"this tree already holds maxPerTree ({limits.max_per_tree}) subagents"
+            return _refusal("maxPerTree", reason)
         with contextlib.suppress(SessionExists):  # created by an earlier try
             await self._ledger.create_session(tenant, child)
-        link: dict[str, Any] = {"parent": parent, "toolCallId": call["id"], "depth": depth,
-                                "root": root}  # fmt: skip
-        if task[1] is not None:
-            link["tools"] = task[1]
-        payload: dict[str, Any] = {"text": task[0], "requestId": TASK_KEY_PREFIX + str(call["id"]),
-                                   "delivery": Delivery.QUEUE.value, "subagent": link}  # fmt: skip
-        if (selection := _selection(parent_log)) is not None:
-            payload["selection"] = dict(selection)
-        await self._ledger.commit(
-            CommitRequest(tenant_id=tenant, session_id=child, kind=Kind.USER_MESSAGE,
-                          payload=payload, key=payload["requestId"])
-        )  # fmt: skip
+        await self._ledger.commit(_task_input(tenant, child, link, task, parent_log))
         return None
 
     async def started(self, tenant: str, parent: str, call: Mapping[str, Any]) -> bool:
@@ -173,7 +191,10 @@ class Delegations:
         return await self._known(tenant, child_session_id(parent, str(call["id"])))
 
     async def _known(self, tenant: str, child: str) -> bool:
-        return bool(await self._ledger.read_events(tenant, child, after=0, limit=1))
+        try:
+            return bool(await self._ledger.read_events(tenant, child, after=0, limit=1))
+        except SessionNotFound:  # the call got no child, or its worker died before creating it
+            return False
 
     async def report(self, tenant: str, log: list[Event], status: str) -> None:
         """Tell the parent what its child came to (once: a second report is refused by key)."""

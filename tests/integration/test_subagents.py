@@ -4,16 +4,22 @@ nothing of that, and a cancel of the parent stops the children."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
+from datetime import UTC, datetime
 from pathlib import Path
 
 import asyncpg
 import httpx
 import pytest
 
+from keel_stream.gateway.config import TenantConfig
+from keel_stream.gateway.config_policy import SubagentSettings
 from keel_stream.kernel import Event
 from keel_stream.store import PostgresLedger
+from keel_stream.store.subagents import PostgresSubagents
+from keel_stream.worker.subagents import Delegations
 from tests.support.api import serve_api
 from tests.support.decisions import ALL_OUTCOMES, final_answers, log_of, policy, results
 from tests.support.wait import wait_until
@@ -26,6 +32,11 @@ def delegate(slow_ms: int, task: str) -> str:
     """A delegate directive whose task streams slowly (the task's own `]]` escaped in JSON, so
     the parent's directive does not end inside it)."""
     return f'[[tool:delegate {{"task": "[[slow:{slow_ms}\\u005d\\u005d {task}"}}]]'
+
+
+def delegating(inner: str) -> str:
+    """A delegate directive whose task is `inner` (directives included, escaped)."""
+    return "[[tool:delegate " + json.dumps({"task": inner}).replace("]", "\\u005d") + "]]"
 
 
 def reports(log: list[Event]) -> list[Event]:
@@ -152,7 +163,7 @@ async def test_a_subagents_decision_is_seen_from_the_root_and_answered_there(
     monkeypatch.setenv("KEEL_TOOL_NOTES_FILE", str(tmp_path / "notes.txt"))
     gated = policy(note=ALL_OUTCOMES)
     inner = '[[tool:note {"text": "deep"}]]'
-    text = "[[tool:delegate " + json.dumps({"task": inner}).replace("]", "\\u005d") + "]]"
+    text = delegating(inner)
     async with (
         serve_api(database_dsn, boot_config=gated) as api,
         worker_task(database_dsn, slots=3, boot_config=gated),
@@ -227,3 +238,90 @@ async def test_a_client_cannot_forge_a_subagent_result_or_link(
     (result,) = results(log).values()
     assert result.payload["content"][0]["text"] == "echo: alpha one two three"
     assert len(reports(log)) == 1
+
+
+async def test_a_delegate_call_past_max_per_tree_gets_an_error_result_and_the_parent_answers(
+    database_dsn: str, pool: asyncpg.Pool, ledger: PostgresLedger
+) -> None:
+    """Five `delegate` calls in one answer under maxPerTree 3: three children, two isError
+    results naming the limit, and the parent's run answers; so does its next input."""
+    small = TenantConfig.model_validate({"settings": {"subagents": {"maxPerTree": 3}}})
+    five = " ".join(f'[[tool:delegate {{"task": "t{n}"}}]]' for n in range(5))
+    async with (
+        serve_api(database_dsn, boot_config=small) as api,
+        worker_task(database_dsn, slots=3, boot_config=small),
+        api.client() as client,
+    ):
+        parent = (await client.post("/v1/sessions")).json()["id"]
+        await client.post(f"/v1/sessions/{parent}/input", json={"text": five})
+        await parent_answered(ledger, parent, timeout_s=20)
+        await settled(pool, parent, "done")
+        await client.post(f"/v1/sessions/{parent}/input", json={"text": "and then?"})
+
+        async def answered_again() -> bool:
+            return len(final_answers(await log_of(ledger, parent))) == 2
+
+        await wait_until(answered_again, 20, "the parent's answer to its next input")
+        page = (await client.get(f"/v1/sessions/{parent}/subagents")).json()
+    assert len(page["subagents"]) == 3
+    linked = "SELECT count(*) FROM subagent_links WHERE tenant_id = 'acme' AND root_session = $1"
+    assert await pool.fetchval(linked, parent) == 3
+    by_call = results(await log_of(ledger, parent))
+    refused = [e.payload for e in by_call.values() if e.payload["isError"]]
+    assert len(by_call) == 5
+    assert len(refused) == 2
+    for result in refused:
+        assert "maxPerTree" in result["content"][0]["text"]
+        assert result["subagent"] == {"refused": "maxPerTree"}
+
+
+async def test_a_delegate_call_past_max_depth_gets_an_error_result_and_the_child_answers(
+    database_dsn: str, pool: asyncpg.Pool, ledger: PostgresLedger
+) -> None:
+    """Under maxDepth 1 a child's own `delegate` call gets an isError result naming the limit:
+    no grandchild, the child answers, and so does its parent."""
+    shallow = TenantConfig.model_validate({"settings": {"subagents": {"maxDepth": 1}}})
+    inner = '[[tool:delegate {"task": "deeper"}]]'
+    text = delegating(inner)
+    async with (
+        serve_api(database_dsn, boot_config=shallow) as api,
+        worker_task(database_dsn, slots=3, boot_config=shallow),
+        api.client() as client,
+    ):
+        parent = (await client.post("/v1/sessions")).json()["id"]
+        await client.post(f"/v1/sessions/{parent}/input", json={"text": text})
+        await parent_answered(ledger, parent, timeout_s=20)
+        (kid,) = await children(client, parent, 1)
+        grandchildren = (await client.get(f"/v1/sessions/{kid}/subagents")).json()["subagents"]
+    assert grandchildren == []
+    (refused,) = results(await log_of(ledger, kid)).values()
+    assert refused.payload["isError"] is True
+    assert refused.payload["subagent"] == {"refused": "maxDepth"}
+    assert "maxDepth is 1" in refused.payload["content"][0]["text"]
+    (result,) = results(await log_of(ledger, parent)).values()
+    assert result.payload["subagent"]["status"] == "done"
+
+
+async def test_concurrent_delegate_calls_of_one_tree_never_grow_it_past_max_per_tree(
+    pool: asyncpg.Pool, ledger: PostgresLedger
+) -> None:
+    """Ten siblings of one tree each delegate at once under maxPerTree 3: three children are
+    linked and made, seven calls are refused by name (the budget holds across workers)."""
+    await ledger.create_tenant("race")
+    delegations = Delegations(ledger, PostgresSubagents(pool))
+    limits = SubagentSettings.model_validate({"maxPerTree": 3})
+    link = {"depth": 1, "root": "root-1", "parent": "root-1"}
+
+    def sibling_log(n: int) -> list[Event]:
+        task = {"text": "t", "subagent": {**link, "toolCallId": f"s{n}"}}
+        return [Event(tenant="race", session=f"sib-{n}", seq=1, kind="user.message",
+                      payload=task, committed_at=datetime.now(UTC))]  # fmt: skip
+
+    call = {"id": "c1", "name": "delegate", "arguments": {"task": "work"}}
+    outcomes = await asyncio.gather(*(
+        delegations.ensure("race", f"sib-{n}", call, sibling_log(n), limits) for n in range(10)
+    ))  # fmt: skip
+    assert sum(1 for o in outcomes if o is None) == 3
+    assert all(o.provenance == {"refused": "maxPerTree"} for o in outcomes if o is not None)
+    count = "SELECT count(*) FROM subagent_links WHERE tenant_id = 'race' AND root_session = $1"
+    assert await pool.fetchval(count, "root-1") == 3

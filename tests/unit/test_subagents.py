@@ -10,8 +10,10 @@ from keel_stream.gateway.config_policy import SubagentSettings
 from keel_stream.hooks.derive import FoldState, fold_many
 from keel_stream.kernel import Event, Kind, account_inputs
 from keel_stream.kernel.subagents import DELEGATE, child_session_id
+from keel_stream.store.memory import MemoryStore
+from keel_stream.store.subagents import MemorySubagents
 from keel_stream.worker.providers.base import ToolSpec
-from keel_stream.worker.subagents import offered_tools
+from keel_stream.worker.subagents import Delegations, offered_tools
 
 NOW = datetime(2026, 12, 4, tzinfo=UTC)
 
@@ -76,3 +78,25 @@ def test_each_subagent_started_has_one_finished() -> None:
     ]  # fmt: skip
     turns = [hook.name for _, hook in derived if hook.name.startswith("turn.")]
     assert turns == ["turn.started", "turn.finished", "turn.started"], "results are not inputs"
+
+
+async def test_a_delegate_call_over_a_limit_is_refused_by_name_and_never_raises() -> None:
+    """Over maxPerTree or maxDepth a call gets the error result naming the limit, never an
+    exception; a call whose child was never made reads as not started; a call repeated by a
+    takeover keeps its child even in a full tree."""
+    store = MemoryStore()
+    await store.create_tenant("t")
+    delegations = Delegations(store, MemorySubagents())
+    limits = SubagentSettings.model_validate({"maxDepth": 1, "maxPerTree": 1})
+    first, second = ({"id": c, "name": DELEGATE, "arguments": {"task": c}} for c in ("c1", "c2"))
+    assert await delegations.ensure("t", "p", first, [], limits) is None
+    refused = await delegations.ensure("t", "p", second, [], limits)
+    assert refused is not None
+    assert (refused.is_error, refused.provenance) == (True, {"refused": "maxPerTree"})
+    assert "maxPerTree (1)" in refused.text
+    assert await delegations.started("t", "p", second) is False
+    assert await delegations.ensure("t", "p", first, [], limits) is None, "a takeover's repeat"
+    child_log = await store.read_events("t", child_session_id("p", "c1"))
+    deeper = await delegations.ensure("t", child_session_id("p", "c1"), first, child_log, limits)
+    assert deeper is not None
+    assert deeper.provenance == {"refused": "maxDepth"}
