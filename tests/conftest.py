@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 from collections.abc import AsyncIterator, Iterator
 
 import asyncpg
@@ -10,7 +12,7 @@ import pytest
 
 from keel_stream.store import PostgresLedger, connect, create_pool, migrate
 from keel_stream.topics.admin import apply_catalog
-from tests.support.kafka import KafkaServer, find_kafka, kafka_plan
+from tests.support.kafka import SHARED_VAR, KafkaServer, find_kafka, kafka_plan, shared
 from tests.support.postgres import (
     PgServer,
     create_database,
@@ -80,6 +82,32 @@ def ledger(pool: asyncpg.Pool) -> PostgresLedger:
 
 
 _KAFKA_STARTED = pytest.StashKey[KafkaServer]()
+_SHARED_SERVERS = pytest.StashKey[contextlib.ExitStack]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A parallel run (`-n N`, pytest-xdist): its controller starts PostgreSQL and the broker
+    once and hands them to every worker (they inherit its environment), so N workers do not
+    start N of each; a run without workers starts them on first use, in the fixtures below."""
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+        return
+    servers = contextlib.ExitStack()
+    config.stash[_SHARED_SERVERS] = servers
+    try:
+        postgres = servers.enter_context(find_postgres())
+        broker = servers.enter_context(find_kafka())
+    except RuntimeError as exc:
+        servers.close()
+        raise pytest.UsageError(str(exc)) from exc
+    config.stash[_KAFKA_STARTED] = broker
+    os.environ["KEEL_TEST_DATABASE_URL"] = postgres.admin_dsn
+    os.environ[SHARED_VAR] = shared(broker)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    servers = config.stash.get(_SHARED_SERVERS, None)
+    if servers is not None:
+        servers.close()
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -25,6 +26,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib.metadata import version as package_version
 from pathlib import Path
+from typing import Final
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
@@ -160,12 +162,23 @@ def embedded_kafka(note: str = "") -> Iterator[KafkaServer]:
         broker.stop()
 
 
+SHARED_VAR: Final = "KEEL_TEST_KAFKA_SHARED"
+"""Set by a parallel run's controller for its workers: the broker it started, as JSON."""
+
+
+def shared(server: KafkaServer) -> str:
+    """The broker as the controller hands it to its workers (SHARED_VAR)."""
+    return json.dumps({k: getattr(server, k) for k in ("bootstrap", "origin", "kind", "version")})
+
+
 @contextlib.contextmanager
 def find_kafka() -> Iterator[KafkaServer]:
     """The broker for this test run, started if needed and stopped afterwards."""
     mode = _mode()
     url = os.environ.get("KEEL_TEST_KAFKA_BOOTSTRAP")
-    if mode == "embedded":
+    if given := os.environ.get(SHARED_VAR):
+        yield KafkaServer(**json.loads(given))
+    elif mode == "embedded":
         with embedded_kafka(" (KEEL_TEST_KAFKA=embedded)") as server:
             yield server
     elif mode == "apache":
