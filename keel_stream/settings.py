@@ -95,6 +95,12 @@ class KeelSettings(BaseSettings):
     """Sessions a tenant may open a minute, per API process."""
     tenant_inputs_per_s: int = Field(default=100, ge=1)
     """Inputs (/input, /events) a tenant may send a second, per API process."""
+    tenant_backend_events_per_s: int = Field(default=200, ge=1)
+    """Events a tenant's external backends may have committed a second, per API process: past
+    it the gateway reads them no faster (backpressure), it never drops one."""
+    backend_flood_grace_s: float = Field(default=30.0, gt=0, allow_inf_nan=False)
+    """A backend held to its tenant's event rate this long without a pause is failed (audited,
+    its sessions backend-unavailable, its process group reclaimed)."""
     dev_api_key: str | None = None
     """`keel-stream dev` uses this API key (for tenant "dev") instead of a random one."""
     metrics_port: int | None = Field(default=None, ge=1, le=65535)

@@ -36,7 +36,8 @@ from keel_stream.api.presence import Presence
 from keel_stream.api.tenant_limits import SlotRelease, TenantGuard
 from keel_stream.console import pages as console
 from keel_stream.gateway.agents import ExternalAgents
-from keel_stream.gateway.config import load_boot_config
+from keel_stream.gateway.config import TenantConfig, load_boot_config
+from keel_stream.gateway.event_rate import EventLimits
 from keel_stream.hooks.egress import EgressPolicy
 from keel_stream.hooks.service import HookService, tenant_hosts
 from keel_stream.readmodels import ReadModels
@@ -58,6 +59,25 @@ from keel_stream.triggers.service import TriggerService
 from keel_stream.worker.agent_settings import TenantConfigCache
 
 __all__ = ["ApiConfig", "create_app"]
+
+
+def _external_agents(
+    config: ApiConfig,
+    ledger: PostgresLedger,
+    sessions: PostgresExternalSessions,
+    configs: TenantConfigs,
+    boot: TenantConfig | None,
+) -> ExternalAgents:
+    limits = config.tenant_limits
+    return ExternalAgents(
+        ledger,
+        sessions,
+        configs,
+        boot,
+        data_dir=config.data_dir,
+        max_line_bytes=config.rpc_max_line_bytes,
+        event_limits=EventLimits(limits.backend_events_per_second, limits.backend_flood_grace_s),
+    )
 
 
 def create_app(config: ApiConfig) -> FastAPI:
@@ -107,14 +127,7 @@ def _services(config: ApiConfig, pool: Pool) -> Services:
         runs=PostgresRuns(pool, "api", 1),
         hub=LiveHub(pool, config.bootstrap, config.topic_prefix),
         tenant_configs=configs,
-        external=ExternalAgents(
-            ledger,
-            PostgresExternalSessions(pool),
-            configs,
-            boot,
-            data_dir=config.data_dir,
-            max_line_bytes=config.rpc_max_line_bytes,
-        ),
+        external=_external_agents(config, ledger, PostgresExternalSessions(pool), configs, boot),
         ops=OpsReader(pool),
         projections=PostgresProjectionStore(pool),
         deadlines=PostgresDeadlines(pool),

@@ -59,6 +59,9 @@ class TenantLimits:
     requests_per_second: int = 500
     sessions_per_minute: int = 1200
     inputs_per_second: int = 100
+    backend_events_per_second: int = 200
+    backend_flood_grace_s: float = 30.0
+    """Not in the document: the operator's, for every tenant."""
 
     @classmethod
     def from_settings(cls, settings: KeelSettings) -> TenantLimits:
@@ -70,6 +73,8 @@ class TenantLimits:
             requests_per_second=settings.tenant_requests_per_s,
             sessions_per_minute=settings.tenant_sessions_per_min,
             inputs_per_second=settings.tenant_inputs_per_s,
+            backend_events_per_second=settings.tenant_backend_events_per_s,
+            backend_flood_grace_s=settings.backend_flood_grace_s,
         )
 
     @classmethod

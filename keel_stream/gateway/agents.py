@@ -39,6 +39,7 @@ from keel_stream.gateway.backend import Backend, BackendContext, backend_key
 from keel_stream.gateway.config import TenantConfig
 from keel_stream.gateway.connection import Supervision
 from keel_stream.gateway.errors import BackendUnavailable, GatewayError
+from keel_stream.gateway.event_rate import EventLimits
 from keel_stream.gateway.jsonrpc import DEFAULT_MAX_LINE_BYTES
 from keel_stream.gateway.pidfiles import PidRegistry, SweepReport, sweep
 from keel_stream.gateway.recorder import Direction, ExternalTarget, Recorder, base_payload
@@ -93,10 +94,12 @@ class ExternalAgents:
         cache_s: float = 2.0,
         data_dir: Path | None = None,
         max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+        event_limits: EventLimits | None = None,
     ) -> None:
         """With ``data_dir``: stdio spawns are audited (gateway/audit.jsonl) and get a pidfile
         (gateway/pids/), and ``start`` first sweeps what a SIGKILLed runtime left there.
-        ``max_line_bytes`` (KEEL_RPC_MAX_LINE_BYTES) bounds every message a backend sends."""
+        ``max_line_bytes`` (KEEL_RPC_MAX_LINE_BYTES) bounds every message a backend sends;
+        ``event_limits`` the events a tenant's backends may have committed a second."""
         self._ledger = ledger
         self._store = store
         self._configs = configs
@@ -114,6 +117,7 @@ class ExternalAgents:
             self._audit,
             self._registry,
             max_line_bytes,
+            event_limits,
         )
         self._cache_s = cache_s
         self._documents: dict[str, tuple[float, str, TenantConfig]] = {}
@@ -211,6 +215,9 @@ class ExternalAgents:
         scope, document = (tenant, stored.config) if stored is not None else (_BOOT, self._boot)
         self._documents[tenant] = (now, scope, document)
         await self._retire_undeclared(tenant, scope, document)
+        for key, backend in self._backends.items():
+            if key[0] == tenant:  # a changed rate applies without a new connection
+                backend.follow_limits(document.limits if scope != _BOOT else None)
         return scope, document
 
     async def _retire_undeclared(self, tenant: str, scope: str, document: TenantConfig) -> None:
@@ -235,6 +242,7 @@ class ExternalAgents:
             backend = Backend(name, scope, spec, document.external.quota, self._ctx)
             self._backends[key] = backend
         backend.quota = document.external.quota  # the quota may change without the spec
+        backend.follow_limits(document.limits if scope != _BOOT else None)
         return backend
 
     async def _backend_for(self, tenant: str, name: str) -> Backend:

@@ -1,8 +1,9 @@
 """The gateway's audit trail: one JSON object per line, appended to a file and logged.
 
 Records (``event`` field): ``provider.spawned``, ``provider.budget_refused``,
-``provider.reclaimed``, ``sweep.killed``.  Callers pass only what is safe to keep: a provider's
-environment goes in as its redacted copy (config.redact_env), never with a secret value.
+``provider.reclaimed``, ``backend.flooded``, ``sweep.killed``.  Callers pass only what is safe to
+keep: a provider's environment goes in as its redacted copy (config.redact_env), never with a
+secret value.
 """
 
 from __future__ import annotations

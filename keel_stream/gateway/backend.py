@@ -20,8 +20,10 @@ from keel_stream.errors import ExternalQuotaExceeded, SessionExists, UnmeteredRe
 from keel_stream.gateway.audit import AuditLog
 from keel_stream.gateway.client import GatewayClient
 from keel_stream.gateway.config import BackendSpec, Quota
+from keel_stream.gateway.config_limits import LimitsSpec
 from keel_stream.gateway.connection import Connection, ConnectionHooks, Supervision
 from keel_stream.gateway.errors import GatewayError
+from keel_stream.gateway.event_rate import EventFlow, EventLimits, EventRate
 from keel_stream.gateway.jsonrpc import DEFAULT_MAX_LINE_BYTES
 from keel_stream.gateway.pidfiles import PidRegistry
 from keel_stream.gateway.protocol import Event as BackendEvent
@@ -55,8 +57,12 @@ class BackendContext:
         audit: AuditLog | None = None,
         registry: PidRegistry | None = None,
         max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+        event_limits: EventLimits | None = None,
     ) -> None:
         self.max_line_bytes = max_line_bytes
+        self.event_limits = event_limits or EventLimits()
+        self.events = EventRate()
+        """Each tenant's window of backend events, shared by all of its backends."""
         self.ledger = ledger
         self.store = store
         self.recorder = recorder
@@ -79,8 +85,13 @@ class Backend:
         self.ctx = ctx
         self.sessions: dict[str, ExternalTarget] = {}
         """By the backend's own session handle (ref)."""
+        self.events_per_second = ctx.event_limits.per_second
+        """The tenant's rate (its document's `limits.backendEventsPerSecond`, else the default)."""
+        self._flow = EventFlow(ctx.events, ctx.event_limits.flood_grace_s)
         hooks = ConnectionHooks(
             on_event=self._on_event,
+            pace=self._pace,
+            held_after=self._flow.held_after,
             on_lost=self._on_lost,
             on_up=self._on_up,
             environ=ctx.environ,
@@ -108,11 +119,43 @@ class Backend:
             return
         self.ctx.recorder.enqueue(target, event)
 
+    def follow_limits(self, limits: LimitsSpec | None) -> None:
+        """The tenant document's `limits` (None for a boot-document backend: it serves tenants
+        that have no document, at the default rate)."""
+        override = None if limits is None else limits.backend_events_per_second
+        self.events_per_second = override or self.ctx.event_limits.per_second
+
+    async def _pace(self, client: GatewayClient, event: BackendEvent) -> None:
+        """Let the event in at its tenant's rate; a flood past the grace fails the client."""
+        target = self.sessions.get(event.session_id)
+        tenant = target.tenant if target is not None else self.scope
+        held_s = await self._flow.admit(tenant, self.events_per_second)
+        if held_s is not None and client.lost is None:
+            self._flooded(client, tenant, held_s)
+
+    def _flooded(self, client: GatewayClient, tenant: str, held_s: float) -> None:
+        rate = self.events_per_second
+        reason = (
+            f"event flood: held to the tenant's {rate} events/s for {held_s:.1f} s without a "
+            "pause (KEEL_BACKEND_FLOOD_GRACE_S)"
+        )
+        if self.ctx.audit is not None:
+            self.ctx.audit.record(
+                "backend.flooded",
+                backend=self.name,
+                tenant=tenant,
+                perSecond=rate,
+                heldS=round(held_s, 1),
+            )
+        self._log.warning("backend flooding; failed", tenant=tenant, per_second=rate)
+        client.on_closed(reason)  # lost: sessions unavailable, group reclaimed, reconnected
+
     async def _on_lost(self, reason: str) -> None:
         for target in list(self.sessions.values()):
             await self._mark(target, ExternalStatus.BACKEND_UNAVAILABLE, reason)
 
     async def _on_up(self, client: GatewayClient, reconnect: bool) -> None:
+        self._flow.reset()
         for target in list(self.sessions.values()):
             await self._resume(client, target)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -104,8 +104,22 @@ class GatewayClient:
         self._event_handlers: list[Callable[[Event], None]] = []
         self._notification_handlers: list[Callable[[Notification], None]] = []
         self._lost_handlers: list[Callable[[str], None]] = []
+        self._pace: Callable[[Event], Awaitable[None]] | None = None
 
     # -- the transport's sink ------------------------------------------------------------
+    async def admit(self, message: Message) -> None:
+        """An event waits for ``pace_events``' handler before it is taken (and the reader
+        reads nothing meanwhile); every other message is taken at once."""
+        if self._pace is None or not isinstance(message, Notification):
+            return
+        if message.method != Method.EVENT_STREAM:
+            return
+        try:
+            event = Event.model_validate(message.params or {})
+        except ValidationError:
+            return  # refused, with a log line, when it is taken
+        await self._pace(event)
+
     def on_message(self, message: Message) -> None:
         if isinstance(message, Notification):
             self._notify(message)
@@ -146,6 +160,10 @@ class GatewayClient:
     def on_event(self, handler: Callable[[Event], None]) -> None:
         """Call ``handler`` for every event.stream notification."""
         self._event_handlers.append(handler)
+
+    def pace_events(self, handler: Callable[[Event], Awaitable[None]]) -> None:
+        """Await ``handler`` before each event is taken: the backend's event rate."""
+        self._pace = handler
 
     def on_lost(self, handler: Callable[[str], None]) -> None:
         """Call ``handler`` once, with the reason, when the connection is lost or closed."""

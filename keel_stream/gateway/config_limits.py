@@ -2,10 +2,12 @@
 
     "limits": {"maxStreams": 50, "maxStreamsPerKey": 20, "maxInFlight": 40,
                "maxInFlightPerKey": 20, "requestsPerSecond": 100, "sessionsPerMinute": 60,
-               "inputsPerSecond": 10}
+               "inputsPerSecond": 10, "backendEventsPerSecond": 50}
 
 Each field is optional: one left out keeps the operator's default (KEEL_TENANT_* settings). The
-document is the operator's (`keel-stream tenants config set`), so an override may raise a bound
+`backendEventsPerSecond` bounds the events the tenant's external backends may have committed a
+second (the gateway reads no faster; docs/external.md#event-floods). The document is the
+operator's (`keel-stream tenants config set`), so an override may raise a bound
 as well as lower it; the process's own connection cap still holds above every tenant's.
 """
 
@@ -31,3 +33,4 @@ class LimitsSpec(BaseModel):
     requests_per_second: _Bound | None = None
     sessions_per_minute: _Bound | None = None
     inputs_per_second: _Bound | None = None
+    backend_events_per_second: _Bound | None = None

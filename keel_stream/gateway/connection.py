@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -58,6 +59,11 @@ class ConnectionHooks:
     """What the owner hears: each event, each loss, each (re)start."""
 
     on_event: Callable[[Event], None] = lambda _event: None
+    pace: Callable[[GatewayClient, Event], Awaitable[None]] | None = None
+    """Awaited before each event of the client is taken (its reader reads nothing meanwhile)."""
+    held_after: Callable[[float], bool] = lambda _moment: False
+    """Whether the reader was held by ``pace`` after a moment (time.monotonic): a health
+    answer then waited behind unread events, and its lateness is not counted as a failure."""
     on_lost: Callable[[str], Awaitable[None]] | None = None
     on_up: Callable[[GatewayClient, bool], Awaitable[None]] | None = None
     """Called after every successful initialize; the flag says whether it is a reconnect."""
@@ -157,6 +163,8 @@ class Connection:
             raise BackendUnavailable(exc.message) from exc
         client = GatewayClient(transport, self.kind, timeout_s=self.timeout_s)
         client.on_event(self.hooks.on_event)
+        if (pace := self.hooks.pace) is not None:
+            client.pace_events(lambda event: pace(client, event))
         try:
             await client.start()
             await client.initialize()  # the provider's timeoutMs, as every request
@@ -204,15 +212,20 @@ class Connection:
         self._spawn(self._recover(reason, client))
 
     async def _watch(self, client: GatewayClient) -> None:
-        """Health checks while the client is current; repeated failures count as a loss."""
+        """Health checks while the client is current; repeated failures count as a loss (an
+        answer late while the reader was held to the event rate is not one: the flood grace
+        judges a held backend)."""
         failures = 0
         sup = self.supervision
         while not self._closing and client is self.client and client.lost is None:
             await asyncio.sleep(sup.health_interval_s)
+            asked = time.monotonic()
             try:
                 await asyncio.wait_for(client.health(), sup.health_timeout_s)
                 failures = 0
             except (GatewayError, TimeoutError) as exc:
+                if self.hooks.held_after(asked):  # it answers behind events held to the rate
+                    continue
                 failures += 1
                 if failures >= sup.health_failures and client.lost is None:
                     client.on_closed(f"health failed {failures} times: {exc}")

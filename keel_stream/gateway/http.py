@@ -112,12 +112,13 @@ class HttpTransport(Transport):
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _dispatch(self, sink: MessageSink, data: bytes | str) -> None:
+    async def _dispatch(self, sink: MessageSink, data: bytes | str) -> None:
         try:
             message = decode(data)
         except ProtocolError as exc:
             sink.on_malformed(exc)
             return
+        await sink.admit(message)  # an SSE stream not read further fills: backpressure
         sink.on_message(message)
 
     async def _post(self, client: httpx.AsyncClient, sink: MessageSink, message: Message) -> None:
@@ -145,11 +146,11 @@ class HttpTransport(Transport):
             if content_type == "text/event-stream":
                 async for data in _sse_data(resp, self.max_line_bytes):
                     if data:
-                        self._dispatch(sink, data)
+                        await self._dispatch(sink, data)
                 return
             data = await _body(resp, self.max_line_bytes)
             if content_type == "application/json" and data:
-                self._dispatch(sink, data)
+                await self._dispatch(sink, data)
                 return
             raise BackendUnavailable(
                 f"HTTP provider answered {resp.status_code} {content_type or 'without a body'}"

@@ -93,6 +93,8 @@ class SidecarOptions:
     oversized_answer: int = 0
     ignore_sigterm: bool = False
     """With N > 0, tools.call and message.send are answered with one line of N bytes or more."""
+    flood: int = 0
+    """With N > 0, every turn first emits N text.delta events as fast as it can (an event flood)."""
 
 
 @dataclass
@@ -258,6 +260,8 @@ class RefSidecar:
     async def _run_turn(self, session: _Session, turn_id: str, text: str) -> str:
         reply = f"echo: {text}"
         self._emit(session, turn_id, "turn.started", {})
+        for _ in range(self.options.flood):
+            self._emit(session, turn_id, "text.delta", {"text": "."})
         try:
             for index, word in enumerate(reply.split(" ")):
                 await asyncio.sleep(self.options.slow_ms / 1000)

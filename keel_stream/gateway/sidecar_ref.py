@@ -67,6 +67,7 @@ def parse_args(argv: Sequence[str] | None = None) -> SidecarOptions:
     parser.add_argument("--ignore-stdin-eof", action="store_true")
     parser.add_argument("--oversized-answer", type=int, default=0, metavar="BYTES")
     parser.add_argument("--ignore-sigterm", action="store_true")
+    parser.add_argument("--flood", type=int, default=0, metavar="N")
     ns = parser.parse_args(argv)
     return SidecarOptions(
         kind=_KINDS[ns.kind],
@@ -84,6 +85,7 @@ def parse_args(argv: Sequence[str] | None = None) -> SidecarOptions:
         ignore_stdin_eof=ns.ignore_stdin_eof,
         oversized_answer=ns.oversized_answer,
         ignore_sigterm=ns.ignore_sigterm,
+        flood=ns.flood,
     )
 
 

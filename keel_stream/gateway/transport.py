@@ -60,6 +60,10 @@ async def _discard(stream: asyncio.StreamReader) -> None:
 class MessageSink(Protocol):
     """What a transport reports to its client."""
 
+    async def admit(self, message: Message) -> None:
+        """Wait until ``message`` may be taken; nothing more is read meanwhile (backpressure:
+        an event over its tenant's rate waits here)."""
+
     def on_message(self, message: Message) -> None: ...
 
     def on_malformed(self, error: ProtocolError) -> None: ...
@@ -164,6 +168,7 @@ class StdioTransport(Transport):
                 except ProtocolError as exc:
                     sink.on_malformed(exc)
                     continue
+                await sink.admit(message)
                 sink.on_message(message)
         except ValueError:  # asyncio's word for a line over the stream's limit
             reason = over_the_limit(self.max_line_bytes)
