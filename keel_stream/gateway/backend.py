@@ -125,9 +125,10 @@ class Backend:
         override = None if limits is None else limits.backend_events_per_second
         self.events_per_second = override or self.ctx.event_limits.per_second
 
-    async def _pace(self, client: GatewayClient, event: BackendEvent) -> None:
-        """Let the event in at its tenant's rate; a flood past the grace fails the client."""
-        target = self.sessions.get(event.session_id)
+    async def _pace(self, client: GatewayClient, session: str | None) -> None:
+        """Let an event of ``session`` in at its tenant's rate; a flood past the grace fails
+        the client."""
+        target = None if session is None else self.sessions.get(session)
         tenant = target.tenant if target is not None else self.scope
         held_s = await self._flow.admit(tenant, self.events_per_second)
         if held_s is not None and client.lost is None:

@@ -104,21 +104,20 @@ class GatewayClient:
         self._event_handlers: list[Callable[[Event], None]] = []
         self._notification_handlers: list[Callable[[Notification], None]] = []
         self._lost_handlers: list[Callable[[str], None]] = []
-        self._pace: Callable[[Event], Awaitable[None]] | None = None
+        self._pace: Callable[[str | None], Awaitable[None]] | None = None
 
     # -- the transport's sink ------------------------------------------------------------
     async def admit(self, message: Message) -> None:
         """An event waits for ``pace_events``' handler before it is taken (and the reader
-        reads nothing meanwhile); every other message is taken at once."""
+        reads nothing meanwhile); every other message is taken at once. Only its sessionId is
+        read here: the event is validated once, when it is taken."""
         if self._pace is None or not isinstance(message, Notification):
             return
         if message.method != Method.EVENT_STREAM:
             return
-        try:
-            event = Event.model_validate(message.params or {})
-        except ValidationError:
-            return  # refused, with a log line, when it is taken
-        await self._pace(event)
+        params = message.params if isinstance(message.params, dict) else {}
+        session = params.get("sessionId")
+        await self._pace(session if isinstance(session, str) else None)
 
     def on_message(self, message: Message) -> None:
         if isinstance(message, Notification):
@@ -161,8 +160,9 @@ class GatewayClient:
         """Call ``handler`` for every event.stream notification."""
         self._event_handlers.append(handler)
 
-    def pace_events(self, handler: Callable[[Event], Awaitable[None]]) -> None:
-        """Await ``handler`` before each event is taken: the backend's event rate."""
+    def pace_events(self, handler: Callable[[str | None], Awaitable[None]]) -> None:
+        """Await ``handler`` (with the event's sessionId) before each event is taken: the
+        backend's event rate."""
         self._pace = handler
 
     def on_lost(self, handler: Callable[[str], None]) -> None:

@@ -59,7 +59,7 @@ class ConnectionHooks:
     """What the owner hears: each event, each loss, each (re)start."""
 
     on_event: Callable[[Event], None] = lambda _event: None
-    pace: Callable[[GatewayClient, Event], Awaitable[None]] | None = None
+    pace: Callable[[GatewayClient, str | None], Awaitable[None]] | None = None
     """Awaited before each event of the client is taken (its reader reads nothing meanwhile)."""
     held_after: Callable[[float], bool] = lambda _moment: False
     """Whether the reader was held by ``pace`` after a moment (time.monotonic): a health
@@ -164,7 +164,7 @@ class Connection:
         client = GatewayClient(transport, self.kind, timeout_s=self.timeout_s)
         client.on_event(self.hooks.on_event)
         if (pace := self.hooks.pace) is not None:
-            client.pace_events(lambda event: pace(client, event))
+            client.pace_events(lambda session: pace(client, session))
         try:
             await client.start()
             await client.initialize()  # the provider's timeoutMs, as every request
