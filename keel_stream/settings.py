@@ -95,7 +95,7 @@ class KeelSettings(BaseSettings):
     """Sessions a tenant may open a minute, per API process."""
     tenant_inputs_per_s: int = Field(default=100, ge=1)
     """Inputs (/input, /events) a tenant may send a second, per API process."""
-    tenant_backend_events_per_s: int = Field(default=200, ge=1)
+    tenant_backend_events_per_s: int = Field(default=1000, ge=1)
     """Events a tenant's external backends may have committed a second, per API process: past
     it the gateway reads them no faster (backpressure), it never drops one."""
     backend_flood_grace_s: float = Field(default=30.0, gt=0, allow_inf_nan=False)

@@ -59,7 +59,7 @@ class TenantLimits:
     requests_per_second: int = 500
     sessions_per_minute: int = 1200
     inputs_per_second: int = 100
-    backend_events_per_second: int = 200
+    backend_events_per_second: int = 1000
     backend_flood_grace_s: float = 30.0
     """Not in the document: the operator's, for every tenant."""
 

@@ -35,7 +35,7 @@ class EventLimits:
     """The defaults (KEEL_TENANT_BACKEND_EVENTS_PER_S, KEEL_BACKEND_FLOOD_GRACE_S); a tenant's
     document overrides the rate (`limits.backendEventsPerSecond`)."""
 
-    per_second: int = 200
+    per_second: int = 1000
     flood_grace_s: float = 30.0
 
 
