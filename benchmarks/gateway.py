@@ -28,13 +28,13 @@ from benchmarks.cli import arguments
 from benchmarks.servers import postgres, scratch_database
 from keel_stream.gateway.agents import ExternalAgents
 from keel_stream.gateway.client import GatewayClient
-from keel_stream.gateway.config import parse_config
 from keel_stream.gateway.event_rate import EventLimits
 from keel_stream.gateway.protocol import ProviderKind
 from keel_stream.gateway.transport import StdioTransport
 from keel_stream.store import PostgresLedger, create_pool
 from keel_stream.store.external_sessions import PostgresExternalSessions
 from keel_stream.store.protocol import ExternalStatus
+from keel_stream.tenancy.document import parse_config
 
 SIDECAR = [sys.executable, "-m", "keel_stream.gateway.sidecar_ref", "--kind", "agent"]
 ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}

@@ -25,8 +25,8 @@ from typing import Any
 
 import orjson
 
-from keel_stream.gateway.config import ToolSpec
 from keel_stream.gateway.smoke_runtime import processes_with
+from keel_stream.tenancy.document import ToolSpec
 from keel_stream.worker.tool_providers import ToolProviders
 
 MIB = 1024 * 1024

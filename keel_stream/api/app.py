@@ -36,7 +36,6 @@ from keel_stream.api.presence import Presence
 from keel_stream.api.tenant_limits import SlotRelease, TenantGuard
 from keel_stream.console import pages as console
 from keel_stream.gateway.agents import ExternalAgents
-from keel_stream.gateway.config import TenantConfig, load_boot_config
 from keel_stream.gateway.event_rate import EventLimits
 from keel_stream.hooks.egress import EgressPolicy
 from keel_stream.hooks.service import HookService, tenant_hosts
@@ -55,6 +54,7 @@ from keel_stream.store.service_heartbeats import PostgresServiceHeartbeats
 from keel_stream.store.sessions import PostgresSessions
 from keel_stream.store.subagents import PostgresSubagents
 from keel_stream.store.tenant_configs import TenantConfigs
+from keel_stream.tenancy.document import TenantConfig, load_boot_config
 from keel_stream.triggers.service import TriggerService
 from keel_stream.worker.agent_settings import TenantConfigCache
 

@@ -28,7 +28,6 @@ from keel_stream.api.tenant_limits import TenantGuard, TenantLimits, release_aft
 from keel_stream.clock import utc_now
 from keel_stream.errors import SessionNotFound
 from keel_stream.gateway.agents import ExternalAgents
-from keel_stream.gateway.config import TenantConfig
 from keel_stream.gateway.jsonrpc import DEFAULT_MAX_LINE_BYTES
 from keel_stream.hooks.service import HookService
 from keel_stream.kernel import StateOwner, check_identifier
@@ -42,6 +41,7 @@ from keel_stream.store.runs import PostgresRuns
 from keel_stream.store.sessions import PostgresSessions, SessionRecord
 from keel_stream.store.subagents import PostgresSubagents
 from keel_stream.store.tenant_configs import TenantConfigs
+from keel_stream.tenancy.document import TenantConfig
 from keel_stream.triggers.service import TriggerService
 
 __all__ = [

@@ -13,8 +13,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from keel_stream import errors
 from keel_stream.gateway import errors as gateway
-from keel_stream.gateway.config_errors import ConfigNotFound, InvalidConfig
 from keel_stream.hooks import errors as hooks
+from keel_stream.tenancy.errors import ConfigNotFound, InvalidConfig
 from keel_stream.triggers import errors as triggers
 
 __all__ = [

@@ -27,9 +27,9 @@ from limits.strategies import MovingWindowRateLimiter
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from keel_stream.errors import RateLimited, TenantBusy
-from keel_stream.gateway.config_limits import LimitsSpec
 from keel_stream.settings import KeelSettings
 from keel_stream.store.tenant_configs import StoredConfig
+from keel_stream.tenancy.limits import LimitsSpec
 
 __all__ = [
     "CONFIG_CACHE_S",

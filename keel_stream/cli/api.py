@@ -16,10 +16,10 @@ from keel_stream.cli.options import (
 )
 from keel_stream.cli.preflight import ensure_port_free
 from keel_stream.dev.components import api_config
-from keel_stream.gateway.config import load_boot_config
 from keel_stream.logs import route_stdlib_logging
 from keel_stream.metrics import Component, declare
 from keel_stream.store.admin import ping
+from keel_stream.tenancy.document import load_boot_config
 
 __all__ = ["PORT_HINT", "api"]
 

@@ -17,9 +17,9 @@ from keel_stream.cli.options import (
 )
 from keel_stream.cli.preflight import ensure_port_free
 from keel_stream.dev.signals import until_signalled
-from keel_stream.gateway.config import load_boot_config
 from keel_stream.hooks.service import HooksConfig, run_hooks
 from keel_stream.metrics import METRICS_PORT_HINT, Component, declare, serve_metrics
+from keel_stream.tenancy.document import load_boot_config
 
 __all__ = ["app"]
 

@@ -10,9 +10,9 @@ from collections.abc import Mapping
 
 from keel_stream.api.app import ApiConfig
 from keel_stream.errors import InvalidSetting
-from keel_stream.gateway.config import load_boot_config
 from keel_stream.relay import RelayConfig, Shard
 from keel_stream.settings import KeelSettings, env_var
+from keel_stream.tenancy.document import load_boot_config
 from keel_stream.worker.agent_settings import ModelProviders
 from keel_stream.worker.providers import FakeProvider, OpenAIProvider, Provider
 from keel_stream.worker.worker import WorkerConfig

@@ -36,7 +36,6 @@ from keel_stream.errors import (
 )
 from keel_stream.gateway.audit import AuditLog
 from keel_stream.gateway.backend import Backend, BackendContext, backend_key
-from keel_stream.gateway.config import TenantConfig
 from keel_stream.gateway.connection import Supervision
 from keel_stream.gateway.errors import BackendUnavailable, GatewayError
 from keel_stream.gateway.event_rate import EventLimits
@@ -47,6 +46,7 @@ from keel_stream.kernel import Kind, Submission
 from keel_stream.logs import get_logger
 from keel_stream.store.external_sessions import ExternalSessions, LiveExternal
 from keel_stream.store.protocol import MAX_READ_LIMIT, ExternalStatus, Ledger
+from keel_stream.tenancy.document import TenantConfig
 
 __all__ = ["CancelOutcome", "ConfigReader", "Delivered", "ExternalAgents"]
 

@@ -19,8 +19,6 @@ import orjson
 from keel_stream.errors import ExternalQuotaExceeded, SessionExists, UnmeteredRefused
 from keel_stream.gateway.audit import AuditLog
 from keel_stream.gateway.client import GatewayClient
-from keel_stream.gateway.config import BackendSpec, Quota
-from keel_stream.gateway.config_limits import LimitsSpec
 from keel_stream.gateway.connection import Connection, ConnectionHooks, Supervision
 from keel_stream.gateway.errors import GatewayError
 from keel_stream.gateway.event_rate import EventFlow, EventLimits, EventRate
@@ -32,6 +30,8 @@ from keel_stream.gateway.recorder import ExternalTarget, Recorder
 from keel_stream.logs import get_logger
 from keel_stream.store.external_sessions import ExternalSessions
 from keel_stream.store.protocol import ExternalMarkers, ExternalStatus, Ledger, Metering
+from keel_stream.tenancy.document import BackendSpec, Quota
+from keel_stream.tenancy.limits import LimitsSpec
 
 __all__ = ["Backend", "BackendContext", "backend_key"]
 

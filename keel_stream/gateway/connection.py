@@ -22,14 +22,6 @@ from dataclasses import dataclass, field
 from keel_stream.backoff import Backoff
 from keel_stream.gateway.audit import AuditLog
 from keel_stream.gateway.client import GatewayClient
-from keel_stream.gateway.config import (
-    ProviderSpec,
-    minimal_env,
-    resolve,
-    resolved_args,
-    resolved_url,
-)
-from keel_stream.gateway.config_errors import InvalidConfig
 from keel_stream.gateway.errors import ActivationRefused, BackendUnavailable, GatewayError
 from keel_stream.gateway.http import HttpTransport
 from keel_stream.gateway.jsonrpc import DEFAULT_MAX_LINE_BYTES
@@ -37,6 +29,14 @@ from keel_stream.gateway.pidfiles import PidRegistry
 from keel_stream.gateway.protocol import Event, ProviderKind
 from keel_stream.gateway.transport import StdioTransport, Transport
 from keel_stream.logs import get_logger
+from keel_stream.tenancy.document import (
+    ProviderSpec,
+    minimal_env,
+    resolve,
+    resolved_args,
+    resolved_url,
+)
+from keel_stream.tenancy.errors import InvalidConfig
 
 __all__ = ["Connection", "ConnectionHooks", "Supervision", "build_transport"]
 

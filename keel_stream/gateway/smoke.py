@@ -23,8 +23,6 @@ from typing import Any, Final
 
 import orjson
 
-from keel_stream.gateway.config import load_config_file
-from keel_stream.gateway.config_errors import InvalidConfig
 from keel_stream.gateway.smoke_runtime import (
     Runtime,
     SmokeFailed,
@@ -33,6 +31,8 @@ from keel_stream.gateway.smoke_runtime import (
     processes_with,
     until,
 )
+from keel_stream.tenancy.document import load_config_file
+from keel_stream.tenancy.errors import InvalidConfig
 
 __all__ = ["main", "run_smoke"]
 

@@ -28,7 +28,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from keel_stream.gateway.audit import AuditLog
-from keel_stream.gateway.config import Budget
 from keel_stream.gateway.errors import BackendUnavailable, GatewayError, ProtocolError
 from keel_stream.gateway.jsonrpc import (
     DEFAULT_MAX_LINE_BYTES,
@@ -40,6 +39,7 @@ from keel_stream.gateway.jsonrpc import (
 )
 from keel_stream.gateway.pidfiles import PidRegistry
 from keel_stream.gateway.process import ProviderProcess
+from keel_stream.tenancy.document import Budget
 
 __all__ = ["STDERR_LINE_CHARS", "MessageSink", "StdioTransport", "Transport"]
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from keel_stream.gateway.config import TenantConfig
 from keel_stream.heartbeats import beating
 from keel_stream.hooks.dispatcher import Dispatcher
 from keel_stream.hooks.egress import (
@@ -25,6 +24,7 @@ from keel_stream.store.hooks_dispatch import HookDispatchStore
 from keel_stream.store.hooks_queue import HookQueue
 from keel_stream.store.service_heartbeats import PostgresServiceHeartbeats, ServiceKind
 from keel_stream.store.tenant_configs import TenantConfigs
+from keel_stream.tenancy.document import TenantConfig
 from keel_stream.topics.catalog import EVENTS
 from keel_stream.worker.agent_settings import TenantConfigCache
 

@@ -1,6 +1,6 @@
 """Tenant configuration documents, versioned: `put` adds a version, `latest` reads the newest.
 
-A document is validated (keel_stream.gateway.config) before it is stored, so what is stored
+A document is validated (keel_stream.tenancy.document) before it is stored, so what is stored
 holds secret references only: a literal secret was refused before any SQL ran.
 """
 
@@ -13,10 +13,10 @@ from datetime import datetime
 import asyncpg
 
 from keel_stream.errors import TenantNotFound
-from keel_stream.gateway.config import TenantConfig, parse_config
 from keel_stream.kernel.commits import check_identifier
 from keel_stream.store.driver_errors import translated
 from keel_stream.store.sqlfiles import query
+from keel_stream.tenancy.document import TenantConfig, parse_config
 
 __all__ = ["StoredConfig", "TenantConfigs"]
 

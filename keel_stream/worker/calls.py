@@ -15,12 +15,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from keel_stream.gateway.config_policy import Policy, SubagentSettings
 from keel_stream.kernel import Event, Kind, StopReason
 from keel_stream.kernel.decisions import approval_of
 from keel_stream.kernel.subagents import is_delegation
 from keel_stream.kernel.validation import tool_call_blocks
 from keel_stream.projections.transcript import TRANSCRIPT, TranscriptState
+from keel_stream.tenancy.policy import Policy, SubagentSettings
 from keel_stream.worker.agent_settings import AttemptSettings
 from keel_stream.worker.decisions import Resolution, resolve
 from keel_stream.worker.session_io import Fenced, SessionIO

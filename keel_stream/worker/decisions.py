@@ -12,10 +12,10 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 
 from keel_stream.clock import iso
-from keel_stream.gateway.config_policy import Policy
 from keel_stream.kernel import Kind
 from keel_stream.kernel.decisions import Outcome, answer_of, args_digest
 from keel_stream.kernel.types import EventLike
+from keel_stream.tenancy.policy import Policy
 
 __all__ = ["Resolution", "answers_in", "gate_calls", "resolve"]
 

@@ -23,13 +23,13 @@ import time
 from typing import Any, Final
 
 from keel_stream.clock import Clock, utc_now
-from keel_stream.gateway.config import TenantConfig
 from keel_stream.kernel import Event, InputTally, Kind, StopReason
 from keel_stream.logs import get_logger
 from keel_stream.plugins.pinning import BUILTIN, pins_in
 from keel_stream.projections.transcript import TRANSCRIPT, TranscriptState
 from keel_stream.store.deadlines import Deadlines
 from keel_stream.store.protocol import Claim, Ledger, Runs
+from keel_stream.tenancy.document import TenantConfig
 from keel_stream.worker.agent_settings import (
     AttemptSettings,
     ModelProviders,

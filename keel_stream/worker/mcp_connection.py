@@ -41,15 +41,15 @@ from mcp_types import (
 )
 
 from keel_stream.gateway.budget import check, limits_of, wrap_command
-from keel_stream.gateway.config import (
+from keel_stream.gateway.jsonrpc import DEFAULT_MAX_LINE_BYTES
+from keel_stream.gateway.protocol import ToolSpec as ProvidedTool
+from keel_stream.tenancy.document import (
     ToolSpec,
     minimal_env,
     resolve,
     resolved_args,
     resolved_url,
 )
-from keel_stream.gateway.jsonrpc import DEFAULT_MAX_LINE_BYTES
-from keel_stream.gateway.protocol import ToolSpec as ProvidedTool
 from keel_stream.worker.tool_providers import ToolConnection
 
 __all__ = ["McpConnection", "call_result_text", "stdio_parameters"]

@@ -9,7 +9,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from keel_stream.errors import IdempotencyConflict, KeelError, SessionExists, SessionNotFound
-from keel_stream.gateway.config_policy import SubagentSettings
 from keel_stream.kernel import CommitRequest, Delivery, Event, Kind, StopReason
 from keel_stream.kernel.subagents import (
     DELEGATE,
@@ -22,6 +21,7 @@ from keel_stream.kernel.subagents import (
 from keel_stream.logs import get_logger
 from keel_stream.store.protocol import Ledger
 from keel_stream.store.subagents import Link, Subagents
+from keel_stream.tenancy.policy import SubagentSettings
 from keel_stream.worker.decisions import Resolution
 from keel_stream.worker.providers.base import ToolSpec
 

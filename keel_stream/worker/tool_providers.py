@@ -27,8 +27,6 @@ from pydantic import ValidationError
 
 from keel_stream.backoff import Backoff
 from keel_stream.gateway.client import GatewayClient
-from keel_stream.gateway.config import ToolSpec
-from keel_stream.gateway.config_errors import InvalidConfig
 from keel_stream.gateway.connection import build_transport
 from keel_stream.gateway.errors import (
     BackendTimeout,
@@ -41,6 +39,8 @@ from keel_stream.gateway.protocol import Method, ProviderKind, ToolCallParams, T
 from keel_stream.gateway.protocol import ToolSpec as ProvidedTool
 from keel_stream.gateway.transport import Transport
 from keel_stream.logs import get_logger
+from keel_stream.tenancy.document import ToolSpec
+from keel_stream.tenancy.errors import InvalidConfig
 
 __all__ = [
     "ProviderConnection",

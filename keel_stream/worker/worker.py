@@ -24,7 +24,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from keel_stream.errors import KeelError, StoreUnavailable
-from keel_stream.gateway.config import TenantConfig
 from keel_stream.gateway.jsonrpc import DEFAULT_MAX_LINE_BYTES
 from keel_stream.logs import get_logger
 from keel_stream.store.memory import MemoryStore
@@ -34,6 +33,7 @@ from keel_stream.store.worker_store import (
     memory_worker_store,
     postgres_worker_store,
 )
+from keel_stream.tenancy.document import TenantConfig
 from keel_stream.topics.catalog import PARTIALS
 from keel_stream.worker.agent_settings import ModelProviders, ProviderFactory, TenantConfigCache
 from keel_stream.worker.expiry import DecisionSweeper

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from selenium.webdriver.common.by import By
 
-from keel_stream.gateway.config import TenantConfig
 from keel_stream.kafka.broker import free_port
 from keel_stream.relay import RelayConfig
+from keel_stream.tenancy.document import TenantConfig
 from tests.support.api import Api, serve_api
 from tests.support.browser import Browser, browser_session, missing_browser
 from tests.support.kafka import KafkaServer

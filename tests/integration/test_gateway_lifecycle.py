@@ -17,12 +17,12 @@ import pytest
 
 from keel_stream.gateway.audit import AuditLog
 from keel_stream.gateway.client import GatewayClient
-from keel_stream.gateway.config import BackendSpec
 from keel_stream.gateway.connection import Connection, ConnectionHooks, Supervision
 from keel_stream.gateway.errors import BackendTimeout
 from keel_stream.gateway.pidfiles import PidRegistry, group_members
 from keel_stream.gateway.protocol import ProviderKind
 from keel_stream.gateway.transport import StdioTransport
+from keel_stream.tenancy.document import BackendSpec
 from tests.support.wait import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]

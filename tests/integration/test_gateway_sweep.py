@@ -18,7 +18,6 @@ import pytest
 
 from keel_stream.gateway.audit import AuditLog
 from keel_stream.gateway.client import GatewayClient
-from keel_stream.gateway.config import Budget
 from keel_stream.gateway.errors import BudgetRefused
 from keel_stream.gateway.pidfiles import (
     PidRegistry,
@@ -30,6 +29,7 @@ from keel_stream.gateway.pidfiles import (
 )
 from keel_stream.gateway.protocol import ProviderKind
 from keel_stream.gateway.transport import StdioTransport
+from keel_stream.tenancy.document import Budget
 
 ROOT = Path(__file__).resolve().parents[2]
 SIDECAR = [sys.executable, "-m", "keel_stream.gateway.sidecar_ref", "--kind", "agent"]

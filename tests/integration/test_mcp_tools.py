@@ -18,10 +18,10 @@ from typing import Any
 import asyncpg
 import pytest
 
-from keel_stream.gateway.config import MINIMAL_ENV, parse_config
 from keel_stream.kernel import CommitRequest, Event
 from keel_stream.store import PostgresLedger
 from keel_stream.store.tenant_configs import TenantConfigs
+from keel_stream.tenancy.document import MINIMAL_ENV, parse_config
 from keel_stream.worker.mcp_connection import stdio_parameters
 from tests.support.workers import log_of, settled, worker_task
 

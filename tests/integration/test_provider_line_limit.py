@@ -18,7 +18,6 @@ import pytest
 
 from keel_stream.gateway.audit import AuditLog
 from keel_stream.gateway.client import GatewayClient
-from keel_stream.gateway.config import ToolSpec
 from keel_stream.gateway.errors import BackendUnavailable
 from keel_stream.gateway.http import HttpTransport
 from keel_stream.gateway.pidfiles import group_members
@@ -29,6 +28,7 @@ from keel_stream.gateway.transport import StdioTransport
 from keel_stream.kernel import CommitRequest
 from keel_stream.store import PostgresLedger
 from keel_stream.store.tenant_configs import TenantConfigs
+from keel_stream.tenancy.document import ToolSpec
 from keel_stream.worker.agent_settings import ModelProviders
 from keel_stream.worker.providers import OpenAIProvider
 from keel_stream.worker.tool_providers import ToolProviders

@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 from keel_stream.gateway.audit import AuditLog
-from keel_stream.gateway.config import BackendSpec
 from keel_stream.gateway.connection import Connection, ConnectionHooks
 from keel_stream.gateway.pidfiles import PidRegistry
 from keel_stream.gateway.protocol import ProviderKind
+from keel_stream.tenancy.document import BackendSpec
 
 # The secret's value names a variable the sidecar insists on (`--require-env VALUE`): it starts
 # only if it was given the value, not the reference.

@@ -14,11 +14,11 @@ import asyncpg
 import httpx
 import pytest
 
-from keel_stream.gateway.config import TenantConfig
-from keel_stream.gateway.config_policy import SubagentSettings
 from keel_stream.kernel import Event
 from keel_stream.store import PostgresLedger
 from keel_stream.store.subagents import PostgresSubagents
+from keel_stream.tenancy.document import TenantConfig
+from keel_stream.tenancy.policy import SubagentSettings
 from keel_stream.worker.subagents import Delegations
 from tests.support.api import serve_api
 from tests.support.decisions import ALL_OUTCOMES, final_answers, log_of, policy, results

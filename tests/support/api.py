@@ -16,10 +16,10 @@ import orjson
 from keel_stream.api.app import ApiConfig
 from keel_stream.api.server import api_server
 from keel_stream.api.tenant_limits import TenantLimits
-from keel_stream.gateway.config import TenantConfig
 from keel_stream.kafka.broker import free_port
 from keel_stream.store import PostgresLedger, create_pool
 from keel_stream.store.keys import KeyStore
+from keel_stream.tenancy.document import TenantConfig
 
 
 @dataclass

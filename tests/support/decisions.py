@@ -8,9 +8,9 @@ from typing import Any
 import httpx
 
 from keel_stream.clock import utc_now
-from keel_stream.gateway.config import TenantConfig
 from keel_stream.kernel import Event
 from keel_stream.store import PostgresLedger
+from keel_stream.tenancy.document import TenantConfig
 from tests.support.wait import wait_until
 
 

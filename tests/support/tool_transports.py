@@ -7,12 +7,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from keel_stream.gateway.config import ToolSpec
 from keel_stream.gateway.errors import BackendUnavailable
 from keel_stream.gateway.jsonrpc import Message, Request, Response, encode
 from keel_stream.gateway.protocol import Method, ProviderKind
 from keel_stream.gateway.sidecar_core import RefSidecar, SidecarOptions
 from keel_stream.gateway.transport import MessageSink, Transport
+from keel_stream.tenancy.document import ToolSpec
 
 
 class LoopbackTransport(Transport):

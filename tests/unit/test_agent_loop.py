@@ -9,9 +9,9 @@ from dataclasses import replace
 from typing import Any
 
 from keel_stream.errors import StoreError
-from keel_stream.gateway.config import ModelSettings, parse_config
 from keel_stream.kernel import CommitRequest, Event, account_inputs
 from keel_stream.store import MemoryStore
+from keel_stream.tenancy.document import ModelSettings, parse_config
 from keel_stream.worker.providers import FakeProvider
 from keel_stream.worker.worker import Worker, WorkerConfig
 from tests.support.wait import wait_until

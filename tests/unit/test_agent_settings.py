@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from keel_stream.gateway.config import ModelSettings, TenantConfig, ToolSpec, parse_config
 from keel_stream.kernel import Event
 from keel_stream.store.tenant_configs import StoredConfig
+from keel_stream.tenancy.document import ModelSettings, TenantConfig, ToolSpec, parse_config
 from keel_stream.worker.agent_settings import (
     AttemptSettings,
     ModelProviders,

@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
-from keel_stream.gateway.config import (
+from keel_stream.tenancy.document import (
     REDACTED,
     ToolSpec,
     parse_config,
@@ -17,8 +17,8 @@ from keel_stream.gateway.config import (
     resolved_args,
     resolved_url,
 )
-from keel_stream.gateway.config_errors import InvalidConfig, LiteralSecret
-from keel_stream.gateway.config_secrets import secret_named
+from keel_stream.tenancy.errors import InvalidConfig, LiteralSecret
+from keel_stream.tenancy.secrets import secret_named
 
 KEY = "sk-live-0123456789abcdefXYZ"
 PASSWORD = "hunter2-correct-horse"

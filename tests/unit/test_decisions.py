@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from keel_stream.errors import InvalidPayload
-from keel_stream.gateway.config import TenantConfig
 from keel_stream.kernel import Event, Kind, account_inputs, validate_payload
 from keel_stream.kernel.decisions import DecisionState, args_digest, decisions_of
+from keel_stream.tenancy.document import TenantConfig
 from keel_stream.worker.decisions import gate_calls, resolve
 
 NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from keel_stream.gateway.config import load_config_file, parse_reference, redacted
+from keel_stream.tenancy.document import load_config_file, parse_reference, redacted
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "external-config.json"
 

@@ -11,9 +11,9 @@ import time
 import pytest
 
 from keel_stream.api.tenant_limits import TenantLimits
-from keel_stream.gateway.config import TenantConfig
 from keel_stream.gateway.event_rate import EventFlow, EventLimits, EventRate
 from keel_stream.settings import KeelSettings
+from keel_stream.tenancy.document import TenantConfig
 
 
 async def test_a_tenant_over_its_event_rate_waits_for_the_window() -> None:

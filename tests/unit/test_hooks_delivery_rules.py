@@ -11,8 +11,6 @@ import orjson
 import pytest
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from keel_stream.gateway.config import parse_config
-from keel_stream.gateway.config_errors import InvalidConfig
 from keel_stream.hooks.egress import EgressPolicy, address_refusal
 from keel_stream.hooks.envelope import (
     body_of,
@@ -23,6 +21,8 @@ from keel_stream.hooks.envelope import (
 )
 from keel_stream.hooks.errors import HookUrlRefused
 from keel_stream.hooks.retry import RetryPolicy, Verdict, parse_retry_after, verdict_of
+from keel_stream.tenancy.document import parse_config
+from keel_stream.tenancy.errors import InvalidConfig
 
 
 def test_webhook_ids_are_stable_distinct_and_dot_free() -> None:

@@ -6,12 +6,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from keel_stream.gateway.config_policy import SubagentSettings
 from keel_stream.hooks.derive import FoldState, fold_many
 from keel_stream.kernel import Event, Kind, account_inputs
 from keel_stream.kernel.subagents import DELEGATE, child_session_id
 from keel_stream.store.memory import MemoryStore
 from keel_stream.store.subagents import MemorySubagents
+from keel_stream.tenancy.policy import SubagentSettings
 from keel_stream.worker.providers.base import ToolSpec
 from keel_stream.worker.subagents import Delegations, offered_tools
 

@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
-from keel_stream.gateway.config import (
+from keel_stream.tenancy.document import (
     MINIMAL_ENV,
     REDACTED,
     TenantConfig,
@@ -21,7 +21,7 @@ from keel_stream.gateway.config import (
     redact_env,
     redacted,
 )
-from keel_stream.gateway.config_errors import InvalidConfig
+from keel_stream.tenancy.errors import InvalidConfig
 
 SEED: dict[str, Any] = {
     "external": {

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from keel_stream.gateway.config import ToolSpec
 from keel_stream.gateway.jsonrpc import Message, Request
 from keel_stream.gateway.protocol import Method
 from keel_stream.gateway.transport import Transport
 from keel_stream.settings import KeelSettings
+from keel_stream.tenancy.document import ToolSpec
 from keel_stream.worker.limits import StreamLimits, ToolLimits
 from keel_stream.worker.providers import (
     FakeProvider,

@@ -20,7 +20,7 @@ their own so a provider's secret is never an ordinary variable by accident, and 
 can later take over that one form without changing documents).
 
 ``args`` and ``url`` may hold references too, and refuse secret-shaped literals
-(keel_stream.gateway.config_secrets); a stored document is read without that check (it may
+(keel_stream.tenancy.secrets); a stored document is read without that check (it may
 predate it) and shown redacted.
 """
 
@@ -46,10 +46,10 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from keel_stream.gateway import config_secrets
-from keel_stream.gateway.config_errors import InvalidConfig, LiteralSecret
-from keel_stream.gateway.config_limits import LimitsSpec
-from keel_stream.gateway.config_policy import HooksSettings, Policy, SubagentSettings
+from keel_stream.tenancy import secrets
+from keel_stream.tenancy.errors import InvalidConfig, LiteralSecret
+from keel_stream.tenancy.limits import LimitsSpec
+from keel_stream.tenancy.policy import HooksSettings, Policy, SubagentSettings
 
 __all__ = [
     "BOOT_CONFIG_VAR",
@@ -82,7 +82,7 @@ BOOT_CONFIG_VAR: Final = "KEEL_EXTERNAL_CONFIG"
 SECRET_PREFIX: Final = "KEEL_SECRET_"  # noqa: S105 - a variable-name prefix
 MINIMAL_ENV: Final = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "USER")
 """The only variables of the runtime a stdio provider inherits besides those it declares."""
-REDACTED: Final = config_secrets.REDACTED
+REDACTED: Final = secrets.REDACTED
 
 _NAME: Final = r"[A-Z_][A-Z0-9_]*"
 _REFERENCE: Final = re.compile(
@@ -167,12 +167,12 @@ class ProviderSpec(_Document):
     @field_validator("args")
     @classmethod
     def _no_literal_secret_in_args(cls, args: list[str], info: ValidationInfo) -> list[str]:
-        return config_secrets.checked_args(args, info.context)
+        return secrets.checked_args(args, info.context)
 
     @field_validator("url")
     @classmethod
     def _no_literal_secret_in_url(cls, url: str | None, info: ValidationInfo) -> str | None:
-        return config_secrets.checked_url(url, info.context)
+        return secrets.checked_url(url, info.context)
 
     @model_validator(mode="after")
     def _fits_transport(self) -> Self:
@@ -299,7 +299,7 @@ def parse_config(document: object, *, stored: bool = False) -> TenantConfig:
     try:
         return TenantConfig.model_validate(dict(document), context={"stored": stored})
     except ValidationError as exc:
-        literal = any(e["type"] == config_secrets.LITERAL_SECRET for e in exc.errors())
+        literal = any(e["type"] == secrets.LITERAL_SECRET for e in exc.errors())
         raise (LiteralSecret if literal else InvalidConfig)(_describe(exc)) from None
 
 
@@ -348,15 +348,13 @@ def resolve(
 
 def resolved_args(spec: ProviderSpec, environ: Mapping[str, str], where: str) -> list[str]:
     """A stdio provider's arguments as it starts with them: each reference resolved."""
-    return config_secrets.resolve_args(
-        spec.args, lambda refs: resolve(refs, environ, where), "args"
-    )
+    return secrets.resolve_args(spec.args, lambda refs: resolve(refs, environ, where), "args")
 
 
 def resolved_url(spec: ProviderSpec, environ: Mapping[str, str], where: str) -> str:
     """An http provider's URL as it is called: each query reference resolved."""
     assert spec.url is not None
-    return config_secrets.resolve_url(spec.url, lambda refs: resolve(refs, environ, where), "url")
+    return secrets.resolve_url(spec.url, lambda refs: resolve(refs, environ, where), "url")
 
 
 def minimal_env(
@@ -386,6 +384,6 @@ def redact_env(environment: Mapping[str, str], declared: Mapping[str, str]) -> d
 def redacted(document: TenantConfig | Mapping[str, Any]) -> dict[str, Any]:
     """A copy of a document safe to show (API, CLI, audit): every env and headers value is
     its reference as written, or REDACTED if it is not a reference; in args and url every
-    secret-shaped literal is REDACTED (config_secrets); nothing is resolved."""
+    secret-shaped literal is REDACTED (keel_stream.tenancy.secrets); nothing is resolved."""
     source = document.document() if isinstance(document, TenantConfig) else document
-    return config_secrets.redacted_document(source)
+    return secrets.redacted_document(source)

@@ -1,6 +1,6 @@
 """Secrets in a provider's ``args`` and ``url``: references resolved at start, literals refused.
 
-``env`` and ``headers`` take references only (keel_stream.gateway.config). ``args`` and ``url``
+``env`` and ``headers`` take references only (keel_stream.tenancy.document). ``args`` and ``url``
 are mostly not secret, so they take any text, but a secret in them is a reference too:
 
 - an argument that is a reference (``secret:API_KEY``), or ``--flag=<reference>``;
@@ -228,7 +228,7 @@ def redact_args(args: Sequence[str]) -> list[str]:
 
 
 Resolver = Callable[[Mapping[str, str]], dict[str, str]]
-"""Reference texts by label -> their values (keel_stream.gateway.config.resolve, bound)."""
+"""Reference texts by label -> their values (keel_stream.tenancy.document.resolve, bound)."""
 
 
 def resolve_url(url: str, resolve: Resolver, where: str) -> str:
@@ -298,7 +298,7 @@ def checked_url(url: str | None, context: object) -> str | None:
 
 
 def redacted_document(document: Mapping[str, Any]) -> dict[str, Any]:
-    """A document as it may be shown (keel_stream.gateway.config.redacted)."""
+    """A document as it may be shown (keel_stream.tenancy.document.redacted)."""
     return {key: _redact(value, key) for key, value in document.items()}
 
 
