@@ -25,8 +25,9 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import ServerState
 
-from keel_stream.api.errors import RequestTimeout, ServerBusy, error_json, error_response
+from keel_stream.api.errors import error_json, error_response
 from keel_stream.api.limits import ApiLimits
+from keel_stream.errors import RequestTimeout, ServerBusy
 
 __all__ = ["BoundedH11Protocol", "bounded_protocol"]
 

@@ -20,15 +20,15 @@ from keel_stream.api.decision_models import (
     decision_view,
 )
 from keel_stream.api.deps import ERRORS, Config, Svc, Tenant, key_id_of, session_row
-from keel_stream.decision_errors import (
+from keel_stream.errors import (
     DecisionAlreadyAnswered,
     DecisionExpired,
     DecisionNotFound,
     DecisionNotOpen,
     DecisionStale,
+    IdempotencyConflict,
     OutcomeNotAllowed,
 )
-from keel_stream.errors import IdempotencyConflict
 from keel_stream.kernel import CommitRequest, Delivery, Kind, check_identifier
 from keel_stream.kernel.decisions import Decision, DecisionState, answer_key, decisions_of
 from keel_stream.store.reading import whole_log

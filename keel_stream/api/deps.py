@@ -13,7 +13,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from keel_stream.api.access_log import note_tenant
-from keel_stream.api.errors import ErrorBody, Unauthorized
+from keel_stream.api.errors import ErrorBody
 from keel_stream.api.hub import LiveHub
 from keel_stream.api.limits import ApiLimits
 from keel_stream.api.models import (
@@ -26,7 +26,7 @@ from keel_stream.api.models import (
 from keel_stream.api.presence import Presence
 from keel_stream.api.tenant_limits import TenantGuard, TenantLimits, release_after_response
 from keel_stream.clock import utc_now
-from keel_stream.errors import SessionNotFound
+from keel_stream.errors import SessionNotFound, Unauthorized
 from keel_stream.gateway.agents import ExternalAgents
 from keel_stream.gateway.jsonrpc import DEFAULT_MAX_LINE_BYTES
 from keel_stream.hooks.service import HookService

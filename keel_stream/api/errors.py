@@ -12,20 +12,12 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from keel_stream import errors
-from keel_stream.gateway import errors as gateway
-from keel_stream.hooks import errors as hooks
-from keel_stream.tenancy.errors import ConfigNotFound, InvalidConfig
-from keel_stream.triggers import errors as triggers
 
 __all__ = [
     "HTTP_ERROR_CODES",
     "REQUEST_ERROR_CODES",
     "ErrorBody",
     "ErrorDetail",
-    "NoRunningAttempt",
-    "RequestTimeout",
-    "ServerBusy",
-    "Unauthorized",
     "error_json",
     "error_response",
     "install_error_handlers",
@@ -46,41 +38,16 @@ class ErrorBody(BaseModel):
     error: ErrorDetail
 
 
-class Unauthorized(errors.KeelError):
-    """No API key, or one that is unknown or revoked."""
-
-    code = "unauthorized"
-
-
-class NoRunningAttempt(errors.Conflict):
-    """There is no running attempt to cancel."""
-
-    code = "no_running_attempt"
-
-
-class RequestTimeout(errors.KeelError):
-    """The request's headers or body did not arrive in time; the connection is closed."""
-
-    code = "request_timeout"
-
-
-class ServerBusy(errors.KeelError):
-    """The process serves as many connections as it may; this one is refused and closed."""
-
-    code = "server_busy"
-    retriable = True
-
-
 # Most specific class first.
 _STATUS: Final[tuple[tuple[type[errors.KeelError], int], ...]] = (
-    (Unauthorized, 401),
-    (triggers.WebhookSignatureInvalid, 401),
-    (RequestTimeout, 408),
-    (ServerBusy, 503),
-    (InvalidConfig, 400),
-    (ConfigNotFound, 404),
+    (errors.Unauthorized, 401),
+    (errors.WebhookSignatureInvalid, 401),
+    (errors.RequestTimeout, 408),
+    (errors.ServerBusy, 503),
+    (errors.InvalidConfig, 400),
+    (errors.ConfigNotFound, 404),
     (errors.PayloadTooLarge, 413),
-    (hooks.HookUrlRefused, 400),  # the hooks' errors are in this table's tree from here on
+    (errors.HookUrlRefused, 400),  # the hooks' errors are in this table's tree from here on
     (errors.InvalidRequest, 400),
     (errors.NotFound, 404),
     (errors.Conflict, 409),
@@ -92,9 +59,9 @@ _STATUS: Final[tuple[tuple[type[errors.KeelError], int], ...]] = (
     (errors.StoreError, 500),
     (errors.BrokerUnavailable, 503),
     (errors.BrokerError, 502),
-    (gateway.BackendTimeout, 504),
-    (gateway.BackendUnavailable, 503),
-    (gateway.GatewayError, 502),
+    (errors.BackendTimeout, 504),
+    (errors.BackendUnavailable, 503),
+    (errors.GatewayError, 502),
 )
 
 

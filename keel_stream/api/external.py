@@ -8,9 +8,8 @@ from typing import Any
 from fastapi import APIRouter
 
 from keel_stream.api.deps import ERRORS, Services, Svc, Tenant, session_row, session_view
-from keel_stream.api.errors import NoRunningAttempt
 from keel_stream.api.models import CancelView, SessionView, SubmissionView
-from keel_stream.errors import NotExternalSession
+from keel_stream.errors import NoRunningAttempt, NotExternalSession
 from keel_stream.gateway.agents import SessionMarkers
 from keel_stream.kernel import StateOwner
 from keel_stream.store.sessions import SessionRecord

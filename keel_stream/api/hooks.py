@@ -8,9 +8,9 @@ from typing import Annotated, Final, Literal
 from fastapi import APIRouter, Path, Query, Response
 
 from keel_stream.api.deps import ERRORS, Svc, Tenant
+from keel_stream.errors import HookDisabled, InvalidHook
 from keel_stream.hooks import HOOK_NAMES
 from keel_stream.hooks.envelope import new_secret
-from keel_stream.hooks.errors import HookDisabled, InvalidHook
 from keel_stream.hooks.models import (
     CreateHook,
     DeliveryDetail,

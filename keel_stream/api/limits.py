@@ -17,8 +17,8 @@ from typing import Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from keel_stream.api.errors import RequestTimeout, error_response
-from keel_stream.errors import KeelError, PayloadTooLarge
+from keel_stream.api.errors import error_response
+from keel_stream.errors import KeelError, PayloadTooLarge, RequestTimeout
 from keel_stream.settings import KeelSettings
 
 __all__ = ["OFF_LOOP_BYTES", "ApiLimits", "BodyLimit"]

@@ -13,10 +13,9 @@ from typing import Final
 from fastapi import APIRouter, Response
 
 from keel_stream.api.deps import ERRORS, Services, Svc, Tenant, session_row
-from keel_stream.api.errors import NoRunningAttempt
 from keel_stream.api.external import cancel_external, external_markers
 from keel_stream.api.models import CancelView, RunQueued
-from keel_stream.errors import ExternalSession
+from keel_stream.errors import ExternalSession, NoRunningAttempt
 from keel_stream.kernel import InputAccount, InputTally, RunStatus, StateOwner
 from keel_stream.store import MAX_READ_LIMIT
 

@@ -38,8 +38,8 @@ from keel_stream.api.models import (
     EventRequest,
     SubmissionView,
 )
-from keel_stream.decision_errors import DecisionReserved
 from keel_stream.errors import (
+    DecisionReserved,
     ExternalSession,
     InvalidPayload,
     InvalidRequest,

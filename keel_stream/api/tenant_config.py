@@ -9,8 +9,8 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
 from keel_stream.api.deps import ERRORS, Svc, Tenant
+from keel_stream.errors import ConfigNotFound
 from keel_stream.tenancy.document import redacted
-from keel_stream.tenancy.errors import ConfigNotFound
 
 __all__ = ["TenantConfigView", "router"]
 

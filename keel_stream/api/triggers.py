@@ -13,10 +13,9 @@ from fastapi import APIRouter, Path, Query, Request, Response
 from keel_stream.api.deps import ERRORS, Services, Svc, Tenant, session_row
 from keel_stream.api.errors import ErrorBody
 from keel_stream.clock import utc_now
-from keel_stream.errors import PayloadTooLarge
+from keel_stream.errors import InvalidTrigger, NotWebhookTrigger, PayloadTooLarge, TriggerNotFound
 from keel_stream.hooks.envelope import new_secret
 from keel_stream.store.triggers import FiringRow, NewTrigger, TriggerRow
-from keel_stream.triggers.errors import InvalidTrigger, NotWebhookTrigger, TriggerNotFound
 from keel_stream.triggers.firing import carry_out, first_nominal, plan_delivery
 from keel_stream.triggers.models import (
     MAX_INGEST_BYTES,

@@ -12,12 +12,12 @@ import typer
 
 from keel_stream.cli.options import DatabaseUrl, load_settings, require_database
 from keel_stream.cli.output import print_table
+from keel_stream.errors import ConfigNotFound
 from keel_stream.store import PostgresLedger, pooled
 from keel_stream.store.admin import KeyRow, list_keys
 from keel_stream.store.keys import KeyStore
 from keel_stream.store.tenant_configs import StoredConfig, TenantConfigs
 from keel_stream.tenancy.document import load_config_file, redacted
-from keel_stream.tenancy.errors import ConfigNotFound
 
 __all__ = ["config_app", "keys_app", "tenants_app"]
 

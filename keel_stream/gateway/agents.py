@@ -28,8 +28,10 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 from keel_stream.errors import (
+    BackendUnavailable,
     ExternalSessionClosed,
     ExternalSessionUnavailable,
+    GatewayError,
     InvalidPayload,
     PayloadRule,
     UnknownBackend,
@@ -37,7 +39,6 @@ from keel_stream.errors import (
 from keel_stream.gateway.audit import AuditLog
 from keel_stream.gateway.backend import Backend, BackendContext, backend_key
 from keel_stream.gateway.connection import Supervision
-from keel_stream.gateway.errors import BackendUnavailable, GatewayError
 from keel_stream.gateway.event_rate import EventLimits
 from keel_stream.gateway.jsonrpc import DEFAULT_MAX_LINE_BYTES
 from keel_stream.gateway.pidfiles import PidRegistry, SweepReport, sweep

@@ -16,11 +16,10 @@ from collections.abc import Mapping
 
 import orjson
 
-from keel_stream.errors import ExternalQuotaExceeded, SessionExists, UnmeteredRefused
+from keel_stream.errors import ExternalQuotaExceeded, GatewayError, SessionExists, UnmeteredRefused
 from keel_stream.gateway.audit import AuditLog
 from keel_stream.gateway.client import GatewayClient
 from keel_stream.gateway.connection import Connection, ConnectionHooks, Supervision
-from keel_stream.gateway.errors import GatewayError
 from keel_stream.gateway.event_rate import EventFlow, EventLimits, EventRate
 from keel_stream.gateway.jsonrpc import DEFAULT_MAX_LINE_BYTES
 from keel_stream.gateway.pidfiles import PidRegistry

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from keel_stream.gateway.errors import BudgetRefused
+from keel_stream.errors import BudgetRefused
 from keel_stream.tenancy.document import Budget
 
 __all__ = ["Limit", "cgroup_v2_status", "check", "limits_of", "wrap_command"]

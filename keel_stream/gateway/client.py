@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from keel_stream.gateway.errors import (
+from keel_stream.errors import (
     BackendCancelRefused,
     BackendTimeout,
     BackendUnavailable,

@@ -20,9 +20,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 from keel_stream.backoff import Backoff
+from keel_stream.errors import ActivationRefused, BackendUnavailable, GatewayError, InvalidConfig
 from keel_stream.gateway.audit import AuditLog
 from keel_stream.gateway.client import GatewayClient
-from keel_stream.gateway.errors import ActivationRefused, BackendUnavailable, GatewayError
 from keel_stream.gateway.http import HttpTransport
 from keel_stream.gateway.jsonrpc import DEFAULT_MAX_LINE_BYTES
 from keel_stream.gateway.pidfiles import PidRegistry
@@ -36,7 +36,6 @@ from keel_stream.tenancy.document import (
     resolved_args,
     resolved_url,
 )
-from keel_stream.tenancy.errors import InvalidConfig
 
 __all__ = ["Connection", "ConnectionHooks", "Supervision", "build_transport"]
 

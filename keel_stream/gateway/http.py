@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Mapping
 
 import httpx
 
-from keel_stream.gateway.errors import BackendUnavailable, GatewayError, ProtocolError
+from keel_stream.errors import BackendUnavailable, GatewayError, ProtocolError
 from keel_stream.gateway.jsonrpc import (
     DEFAULT_MAX_LINE_BYTES,
     Message,
@@ -36,8 +36,9 @@ __all__ = ["HttpTransport"]
 _ACCEPT = "application/json, text/event-stream"
 
 
-class _OverTheLimit(BackendUnavailable):
-    """A message over the limit: the provider failed."""
+class _OverTheLimit(Exception):
+    """A message over the limit: the provider failed (reported as BackendUnavailable; a marker,
+    not a member of the error tree, so the tree keeps one class per code)."""
 
 
 async def _body(resp: httpx.Response, limit: int) -> bytes:
@@ -125,9 +126,10 @@ class HttpTransport(Transport):
         try:
             await self._exchange(client, sink, message)
         except _OverTheLimit as exc:
+            failed = BackendUnavailable(str(exc))
             if isinstance(message, Request):
-                sink.on_request_failed(message.id, exc)
-            sink.on_closed(exc.message)
+                sink.on_request_failed(message.id, failed)
+            sink.on_closed(failed.message)
         except (httpx.HTTPError, GatewayError) as exc:
             if isinstance(message, Request):
                 error = exc if isinstance(exc, GatewayError) else None

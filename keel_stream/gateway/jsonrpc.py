@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from keel_stream.gateway.errors import ProtocolError
+from keel_stream.errors import ProtocolError
 from keel_stream.gateway.protocol import ErrorCode
 
 __all__ = [

@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from keel_stream.gateway.errors import ProtocolError
+from keel_stream.errors import ProtocolError
 from keel_stream.gateway.jsonrpc import (
     Message,
     Notification,

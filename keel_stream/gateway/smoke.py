@@ -23,6 +23,7 @@ from typing import Any, Final
 
 import orjson
 
+from keel_stream.errors import InvalidConfig
 from keel_stream.gateway.smoke_runtime import (
     Runtime,
     SmokeFailed,
@@ -32,7 +33,6 @@ from keel_stream.gateway.smoke_runtime import (
     until,
 )
 from keel_stream.tenancy.document import load_config_file
-from keel_stream.tenancy.errors import InvalidConfig
 
 __all__ = ["main", "run_smoke"]
 

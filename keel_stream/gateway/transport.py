@@ -27,8 +27,8 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from keel_stream.errors import BackendUnavailable, GatewayError, ProtocolError
 from keel_stream.gateway.audit import AuditLog
-from keel_stream.gateway.errors import BackendUnavailable, GatewayError, ProtocolError
 from keel_stream.gateway.jsonrpc import (
     DEFAULT_MAX_LINE_BYTES,
     Message,

@@ -28,7 +28,7 @@ from urllib.parse import SplitResult, urlsplit, urlunsplit
 
 import netaddr
 
-from keel_stream.hooks.errors import HookUrlRefused
+from keel_stream.errors import HookUrlRefused
 
 __all__ = [
     "EgressPolicy",

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
 
+from keel_stream.errors import HookDisabled, ReplayTooLarge
 from keel_stream.hooks.derive import FoldState, fold_many
-from keel_stream.hooks.errors import HookDisabled, ReplayTooLarge
 from keel_stream.hooks.matching import committed_at_of, delivery_for, matches, session_matches
 from keel_stream.store.hooks import HookStore, NewDelivery, Subscription
 

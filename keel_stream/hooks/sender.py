@@ -25,7 +25,7 @@ from typing import Final
 import httpx
 
 from keel_stream.backoff import Backoff
-from keel_stream.errors import KeelError
+from keel_stream.errors import HookUrlRefused, KeelError
 from keel_stream.hooks.egress import (
     EgressPolicy,
     Resolver,
@@ -35,7 +35,6 @@ from keel_stream.hooks.egress import (
     system_resolver,
 )
 from keel_stream.hooks.envelope import signature_header
-from keel_stream.hooks.errors import HookUrlRefused
 from keel_stream.hooks.metrics import ATTEMPTS, BACKLOG
 from keel_stream.hooks.retry import RetryPolicy, Verdict, parse_retry_after, verdict_of
 from keel_stream.logs import get_logger

@@ -14,8 +14,7 @@ from typing import Any, Final
 
 import asyncpg
 
-from keel_stream.errors import TenantNotFound
-from keel_stream.hooks.errors import DeliveryNotFound, HookLimitReached, HookNotFound
+from keel_stream.errors import DeliveryNotFound, HookLimitReached, HookNotFound, TenantNotFound
 from keel_stream.kernel.types import Event
 from keel_stream.store.driver_errors import translated
 from keel_stream.store.postgres import event_of

@@ -13,10 +13,9 @@ from typing import Any
 
 import asyncpg
 
-from keel_stream.errors import TenantNotFound
+from keel_stream.errors import TenantNotFound, TriggerLimitReached, TriggerNotFound
 from keel_stream.store.driver_errors import translated
 from keel_stream.store.sqlfiles import query
-from keel_stream.triggers.errors import TriggerLimitReached, TriggerNotFound
 
 __all__ = ["FiringRow", "NewTrigger", "TriggerRow", "TriggerStore", "firing_of", "trigger_of"]
 

@@ -46,8 +46,8 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from keel_stream.errors import InvalidConfig, LiteralSecret
 from keel_stream.tenancy import secrets
-from keel_stream.tenancy.errors import InvalidConfig, LiteralSecret
 from keel_stream.tenancy.limits import LimitsSpec
 from keel_stream.tenancy.policy import HooksSettings, Policy, SubagentSettings
 

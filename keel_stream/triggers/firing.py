@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-from keel_stream.errors import KeelError, SessionExists
+from keel_stream.errors import KeelError, SessionExists, TriggerNotFound, TriggerPaused
 from keel_stream.kernel.limits import check_event_size
 from keel_stream.kernel.types import CommitRequest
 from keel_stream.store.postgres import PostgresLedger
@@ -26,7 +26,6 @@ from keel_stream.store.triggers_schedule import (
     TriggerScheduleStore,
 )
 from keel_stream.triggers import metrics
-from keel_stream.triggers.errors import TriggerNotFound, TriggerPaused
 from keel_stream.triggers.hook_rows import AFTER, BEFORE, hook_rows
 from keel_stream.triggers.models import MAX_MESSAGE_BYTES, CreateTrigger, schedule_of
 from keel_stream.triggers.policy import (

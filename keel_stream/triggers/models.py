@@ -7,8 +7,8 @@ from typing import Any, Final, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
+from keel_stream.errors import InvalidTrigger
 from keel_stream.kernel.limits import MAX_EVENT_BYTES
-from keel_stream.triggers.errors import InvalidTrigger
 from keel_stream.triggers.policy import expansion_bound
 from keel_stream.triggers.schedule import Schedule, parse_every
 from keel_stream.triggers.signatures import MAX_DELIVERY_ID

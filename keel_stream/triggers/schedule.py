@@ -23,7 +23,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter  # type: ignore[import-untyped]
 
-from keel_stream.triggers.errors import InvalidTrigger
+from keel_stream.errors import InvalidTrigger
 
 __all__ = ["EPOCH", "Schedule", "fire_key", "jitter_of", "parse_every"]
 

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from keel_stream.triggers.errors import WebhookDeliveryIdMissing, WebhookSignatureInvalid
+from keel_stream.errors import WebhookDeliveryIdMissing, WebhookSignatureInvalid
 
 __all__ = ["MAX_DELIVERY_ID", "TOLERANCE_S", "Verified", "verify"]
 

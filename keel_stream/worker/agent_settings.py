@@ -15,11 +15,11 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from keel_stream.errors import InvalidConfig
 from keel_stream.kernel import Event, Kind
 from keel_stream.plugins import active_plugins
 from keel_stream.store.worker_store import TenantConfigReader
 from keel_stream.tenancy.document import ModelSettings, TenantConfig
-from keel_stream.tenancy.errors import InvalidConfig
 from keel_stream.worker.limits import StreamLimits
 from keel_stream.worker.providers.base import Provider
 from keel_stream.worker.providers.fake import FakeProvider

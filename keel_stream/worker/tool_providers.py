@@ -26,21 +26,21 @@ import orjson
 from pydantic import ValidationError
 
 from keel_stream.backoff import Backoff
-from keel_stream.gateway.client import GatewayClient
-from keel_stream.gateway.connection import build_transport
-from keel_stream.gateway.errors import (
+from keel_stream.errors import (
     BackendTimeout,
     BackendUnavailable,
     GatewayError,
+    InvalidConfig,
     ProtocolError,
 )
+from keel_stream.gateway.client import GatewayClient
+from keel_stream.gateway.connection import build_transport
 from keel_stream.gateway.jsonrpc import DEFAULT_MAX_LINE_BYTES
 from keel_stream.gateway.protocol import Method, ProviderKind, ToolCallParams, ToolCallResult
 from keel_stream.gateway.protocol import ToolSpec as ProvidedTool
 from keel_stream.gateway.transport import Transport
 from keel_stream.logs import get_logger
 from keel_stream.tenancy.document import ToolSpec
-from keel_stream.tenancy.errors import InvalidConfig
 
 __all__ = [
     "ProviderConnection",

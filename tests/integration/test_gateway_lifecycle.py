@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
+from keel_stream.errors import BackendTimeout
 from keel_stream.gateway.audit import AuditLog
 from keel_stream.gateway.client import GatewayClient
 from keel_stream.gateway.connection import Connection, ConnectionHooks, Supervision
-from keel_stream.gateway.errors import BackendTimeout
 from keel_stream.gateway.pidfiles import PidRegistry, group_members
 from keel_stream.gateway.protocol import ProviderKind
 from keel_stream.gateway.transport import StdioTransport

@@ -14,8 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from keel_stream.gateway.client import GatewayClient
-from keel_stream.gateway.errors import (
+from keel_stream.errors import (
     BackendCancelRefused,
     BackendTimeout,
     BackendUnavailable,
@@ -24,6 +23,7 @@ from keel_stream.gateway.errors import (
     RequestCancelled,
     WrongProviderKind,
 )
+from keel_stream.gateway.client import GatewayClient
 from keel_stream.gateway.http import HttpTransport
 from keel_stream.gateway.process import ProviderProcess, group_alive
 from keel_stream.gateway.protocol import PROTOCOL_VERSION, ErrorCode, Event, ProviderKind

@@ -16,9 +16,9 @@ from pathlib import Path
 import orjson
 import pytest
 
+from keel_stream.errors import BudgetRefused
 from keel_stream.gateway.audit import AuditLog
 from keel_stream.gateway.client import GatewayClient
-from keel_stream.gateway.errors import BudgetRefused
 from keel_stream.gateway.pidfiles import (
     PidRegistry,
     group_members,

@@ -16,9 +16,9 @@ import asyncpg
 import httpx
 import pytest
 
+from keel_stream.errors import BackendUnavailable
 from keel_stream.gateway.audit import AuditLog
 from keel_stream.gateway.client import GatewayClient
-from keel_stream.gateway.errors import BackendUnavailable
 from keel_stream.gateway.http import HttpTransport
 from keel_stream.gateway.pidfiles import group_members
 from keel_stream.gateway.process import ProviderProcess

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from keel_stream.errors import BackendUnavailable
 from keel_stream.gateway.client import GatewayClient
-from keel_stream.gateway.errors import BackendUnavailable
 from keel_stream.gateway.protocol import Event, ProviderKind
 from keel_stream.gateway.transport import StdioTransport
 from tests.support.wait import wait_until

@@ -10,11 +10,10 @@ import asyncpg
 import orjson
 import pytest
 
-from keel_stream.errors import TenantNotFound
+from keel_stream.errors import InvalidConfig, TenantNotFound
 from keel_stream.store import PostgresLedger
 from keel_stream.store.tenant_configs import TenantConfigs
 from keel_stream.tenancy.document import parse_config
-from keel_stream.tenancy.errors import InvalidConfig
 from tests.support.api import serve_api
 from tests.support.cli import one_line_error, run_keel
 

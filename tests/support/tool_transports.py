@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from keel_stream.gateway.errors import BackendUnavailable
+from keel_stream.errors import BackendUnavailable
 from keel_stream.gateway.jsonrpc import Message, Request, Response, encode
 from keel_stream.gateway.protocol import Method, ProviderKind
 from keel_stream.gateway.sidecar_core import RefSidecar, SidecarOptions

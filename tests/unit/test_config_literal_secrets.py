@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
+from keel_stream.errors import InvalidConfig, LiteralSecret
 from keel_stream.tenancy.document import (
     REDACTED,
     ToolSpec,
@@ -17,7 +18,6 @@ from keel_stream.tenancy.document import (
     resolved_args,
     resolved_url,
 )
-from keel_stream.tenancy.errors import InvalidConfig, LiteralSecret
 from keel_stream.tenancy.secrets import secret_named
 
 KEY = "sk-live-0123456789abcdefXYZ"

@@ -8,14 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from keel_stream.errors import ActivationRefused, BackendUnavailable, BudgetRefused, InvalidConfig
 from keel_stream.gateway.audit import AuditLog
 from keel_stream.gateway.budget import cgroup_v2_status, check, limits_of, wrap_command
 from keel_stream.gateway.client import GatewayClient
-from keel_stream.gateway.errors import ActivationRefused, BackendUnavailable, BudgetRefused
 from keel_stream.gateway.protocol import ProviderKind
 from keel_stream.gateway.transport import StdioTransport
 from keel_stream.tenancy.document import Budget, parse_config
-from keel_stream.tenancy.errors import InvalidConfig
 
 
 def test_a_budget_becomes_rlimits_in_their_own_units() -> None:

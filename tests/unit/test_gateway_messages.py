@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from keel_stream import errors as gw
 from keel_stream.errors import KeelError
-from keel_stream.gateway import errors as gw
 from keel_stream.gateway.client import GatewayClient, error_from_rpc
 from keel_stream.gateway.jsonrpc import (
     ErrorResponse,

@@ -11,6 +11,7 @@ import orjson
 import pytest
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
+from keel_stream.errors import HookUrlRefused, InvalidConfig
 from keel_stream.hooks.egress import EgressPolicy, address_refusal
 from keel_stream.hooks.envelope import (
     body_of,
@@ -19,10 +20,8 @@ from keel_stream.hooks.envelope import (
     signature_header,
     webhook_id,
 )
-from keel_stream.hooks.errors import HookUrlRefused
 from keel_stream.hooks.retry import RetryPolicy, Verdict, parse_retry_after, verdict_of
 from keel_stream.tenancy.document import parse_config
-from keel_stream.tenancy.errors import InvalidConfig
 
 
 def test_webhook_ids_are_stable_distinct_and_dot_free() -> None:

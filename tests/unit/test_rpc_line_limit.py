@@ -6,8 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from keel_stream.gateway.errors import BackendUnavailable
-from keel_stream.gateway.http import _sse_data
+from keel_stream.gateway.http import _OverTheLimit, _sse_data
 from keel_stream.gateway.jsonrpc import DEFAULT_MAX_LINE_BYTES
 from keel_stream.settings import KeelSettings
 
@@ -46,6 +45,8 @@ async def test_sse_events_are_read_across_chunks_with_their_data_lines_joined() 
     ],
 )
 async def test_an_sse_event_over_the_limit_fails_the_provider(chunks: list[bytes]) -> None:
-    with pytest.raises(BackendUnavailable) as caught:
+    # The transport fails the request and the connection with BackendUnavailable on this
+    # (tests/integration/test_provider_line_limit.py shows it end to end).
+    with pytest.raises(_OverTheLimit) as caught:
         await _events(_stream(*chunks), 64)
-    assert caught.value.message == "the provider sent a line over 64 bytes"
+    assert str(caught.value) == "the provider sent a line over 64 bytes"

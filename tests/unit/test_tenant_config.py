@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
+from keel_stream.errors import InvalidConfig
 from keel_stream.tenancy.document import (
     MINIMAL_ENV,
     REDACTED,
@@ -21,7 +22,6 @@ from keel_stream.tenancy.document import (
     redact_env,
     redacted,
 )
-from keel_stream.tenancy.errors import InvalidConfig
 
 SEED: dict[str, Any] = {
     "external": {

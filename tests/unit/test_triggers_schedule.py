@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from keel_stream.triggers.errors import InvalidTrigger
+from keel_stream.errors import InvalidTrigger
 from keel_stream.triggers.schedule import Schedule, fire_key, jitter_of, parse_every
 
 NEW_YORK = "America/New_York"

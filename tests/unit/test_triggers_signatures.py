@@ -11,8 +11,8 @@ from datetime import UTC, datetime
 import pytest
 from standardwebhooks.webhooks import Webhook
 
+from keel_stream.errors import WebhookDeliveryIdMissing, WebhookSignatureInvalid
 from keel_stream.hooks.envelope import new_secret
-from keel_stream.triggers.errors import WebhookDeliveryIdMissing, WebhookSignatureInvalid
 from keel_stream.triggers.signatures import Verified, verify
 
 BODY = b'{"action":"opened","number":7}'

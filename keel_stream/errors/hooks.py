@@ -1,8 +1,8 @@
-"""The hooks' errors, in the one tree (keel_stream.errors)."""
+"""The hooks' errors."""
 
 from __future__ import annotations
 
-from keel_stream.errors import Conflict, InvalidRequest, NotFound
+from keel_stream.errors.base import Conflict, InvalidRequest, NotFound
 
 __all__ = [
     "DeliveryNotFound",

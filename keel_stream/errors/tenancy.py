@@ -1,8 +1,8 @@
-"""The errors of the tenant configuration document (they join keel_stream.errors later)."""
+"""The tenant configuration document's errors."""
 
 from __future__ import annotations
 
-from keel_stream.errors import InvalidRequest, NotFound
+from keel_stream.errors.base import InvalidRequest, NotFound
 
 __all__ = ["ConfigNotFound", "InvalidConfig", "LiteralSecret"]
 

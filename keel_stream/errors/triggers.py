@@ -1,8 +1,8 @@
-"""The triggers' errors, in the one tree (keel_stream.errors)."""
+"""The triggers' errors."""
 
 from __future__ import annotations
 
-from keel_stream.errors import Conflict, InvalidRequest, KeelError, NotFound
+from keel_stream.errors.base import Conflict, InvalidRequest, KeelError, NotFound
 
 __all__ = [
     "InvalidTrigger",

@@ -1,8 +1,8 @@
-"""The errors of decisions (approval of tool calls); they belong to the one tree."""
+"""Decisions: the approval of gated tool calls."""
 
 from __future__ import annotations
 
-from keel_stream.errors import Conflict, InvalidRequest, NotFound
+from keel_stream.errors.base import Conflict, InvalidRequest, NotFound
 
 __all__ = [
     "DecisionAlreadyAnswered",

@@ -1,17 +1,4 @@
-"""The errors of the external gateway, as part of the one exception tree (keel_stream.errors).
-
-    KeelError
-    └── GatewayError                    an external provider failed or broke the protocol
-        ├── BackendTimeout              no answer within the per-request timeout (-32001, retriable)
-        ├── RequestCancelled            the provider cancelled the request (-32002)
-        ├── BackendUnavailable          the provider or its session is gone (-32003, retriable)
-        ├── BackendCancelRefused        the provider cannot cancel; the turn was not stopped
-        ├── ActivationRefused           the handshake must not activate this provider
-        │   ├── IncompatibleVersion     a protocol revision this client cannot speak
-        │   ├── WrongProviderKind       an AgentBackend where a ToolProvider was expected, or back
-        │   └── BudgetRefused           a budget above the runtime's own hard limits; not spawned
-        ├── ProtocolError               malformed JSON-RPC, unknown method, invalid params
-        └── RemoteError                 any other error the provider answered
+"""The external gateway's errors: a provider failed, refused, or broke the protocol.
 
 Every error carries the JSON-RPC error code it came from (``rpc_code``, None when none applies)
 and the error's ``data`` member.
@@ -21,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from keel_stream.errors import KeelError
+from keel_stream.errors.base import KeelError
 
 __all__ = [
     "ActivationRefused",
