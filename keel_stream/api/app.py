@@ -28,13 +28,13 @@ from keel_stream.api import (
     triggers,
 )
 from keel_stream.api.access_log import AccessLog
+from keel_stream.api.console import pages as console
 from keel_stream.api.deps import ApiConfig, Services
 from keel_stream.api.errors import install_error_handlers
 from keel_stream.api.hub import LiveHub
 from keel_stream.api.limits import BodyLimit
 from keel_stream.api.presence import Presence
 from keel_stream.api.tenant_limits import SlotRelease, TenantGuard
-from keel_stream.console import pages as console
 from keel_stream.gateway.agents import ExternalAgents
 from keel_stream.gateway.event_rate import EventLimits
 from keel_stream.hooks.egress import EgressPolicy

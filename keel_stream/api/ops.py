@@ -15,11 +15,11 @@ from keel_stream.api.models import Capabilities
 from keel_stream.api.readiness import Readiness
 from keel_stream.api.sessions import SESSIONS_PAGE_DEFAULT, SESSIONS_PAGE_MAX
 from keel_stream.api.subagents import SUBAGENTS_PAGE_MAX
-from keel_stream.dev.readiness import projector_group
 from keel_stream.hooks import HOOK_NAMES
 from keel_stream.metrics import Component, exported
 from keel_stream.store import MAX_READ_LIMIT
 from keel_stream.store.service_heartbeats import ServiceKind
+from keel_stream.topics.groups import projector_group
 
 __all__ = ["router"]
 

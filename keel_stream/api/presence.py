@@ -13,12 +13,15 @@ import asyncio
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Final
 
-from keel_stream.api.readiness import CACHE_S
 from keel_stream.errors import StoreError
 from keel_stream.store.service_heartbeats import ServiceHeartbeats, ServiceKind
 
-__all__ = ["Presence", "Running"]
+__all__ = ["CACHE_S", "Presence", "Running"]
+
+CACHE_S: Final = 1.5
+"""How long an answer of the database (here) or the broker (readiness) is reused."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,19 +26,16 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
+from keel_stream.api.presence import CACHE_S, Running
 from keel_stream.errors import BrokerError, ProjectionBehind, StoreError, StoreUnavailable
 from keel_stream.kafka.incarnation import cluster_id, group_live
 from keel_stream.store.service_heartbeats import MISSED_BEATS, ServiceKind
 from keel_stream.store.sessions import PostgresSessions
 
-if TYPE_CHECKING:
-    from keel_stream.api.presence import Running
-
 __all__ = ["CACHE_S", "TIMEOUT_S", "BrokerCheck", "BrokerProbe", "Readiness", "Report"]
 
-CACHE_S: Final = 1.5
 TIMEOUT_S: Final = 2.0
 """How long the broker has to answer one question."""
 

@@ -21,15 +21,11 @@ from keel_stream.errors import BrokerError
 from keel_stream.kafka.incarnation import group_live
 
 __all__ = [
-    "PROJECTOR_GROUP",
     "Readiness",
-    "projector_group",
     "wait_api_answers",
     "wait_projector_live",
 ]
 
-PROJECTOR_GROUP: Final = "keel-projections"
-"""The worker's consumer group (keel_stream.projector.host.HostConfig.group), after the prefix."""
 _POLL_S: Final = 0.2
 
 
@@ -38,10 +34,6 @@ class Readiness(StrEnum):
     ENDED = "ended"
     """Something it waited with ended first (the worker exited, a stop was asked for)."""
     TIMED_OUT = "timed out"
-
-
-def projector_group(prefix: str) -> str:
-    return f"{prefix}{PROJECTOR_GROUP}"
 
 
 async def _poll(bootstrap: str, group: str) -> None:

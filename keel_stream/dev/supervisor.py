@@ -33,12 +33,7 @@ from keel_stream.dev.addresses import remove_addresses, write_addresses
 from keel_stream.dev.components import child_environment, free_port, metrics_ports
 from keel_stream.dev.lock import dev_lock
 from keel_stream.dev.pids import sweep_leftovers
-from keel_stream.dev.readiness import (
-    Readiness,
-    projector_group,
-    wait_api_answers,
-    wait_projector_live,
-)
+from keel_stream.dev.readiness import Readiness, wait_api_answers, wait_projector_live
 from keel_stream.dev.resume import align_with_broker, realign
 from keel_stream.dev.servers import Embedded, ServerHooks, embedded_servers, watch_servers
 from keel_stream.dev.services import Services
@@ -49,6 +44,7 @@ from keel_stream.settings import KeelSettings, env_var
 from keel_stream.store import pooled
 from keel_stream.store.admin import ensure_key, migrate_database, migration_summary
 from keel_stream.topics.admin import apply_catalog
+from keel_stream.topics.groups import projector_group
 
 __all__ = ["DEV_TENANT", "DID_NOT_START", "supervise"]
 

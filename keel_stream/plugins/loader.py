@@ -28,8 +28,8 @@ from keel_stream.plugins.model import (
     PluginTool,
     Status,
 )
+from keel_stream.plugins.tool_arguments import ArgumentsCheck, SchemaError
 from keel_stream.settings import env_var
-from keel_stream.worker.tool_arguments import ArgumentsCheck, SchemaError
 
 __all__ = [
     "BUILTIN_PROVIDERS",
@@ -187,12 +187,10 @@ def load_plugins(
 
 
 @functools.cache
-def plugin_catalog() -> PluginCatalog:
-    """The process's plugins, loaded once (at start, or at first use), with the built-in tool
-    names reserved and KEEL_PLUGINS_ENABLED applied."""
-    from keel_stream.worker.tools import TOOLS
-
-    catalog = load_plugins(enabled_from(os.environ.get(ENABLED_VAR)), TOOLS)
+def plugin_catalog(reserved_tools: frozenset[str]) -> PluginCatalog:
+    """The process's plugins, loaded once (at start, or at first use), with the built-in tools'
+    names (``reserved_tools``: the worker's) taken and KEEL_PLUGINS_ENABLED applied."""
+    catalog = load_plugins(enabled_from(os.environ.get(ENABLED_VAR)), reserved_tools)
     get_logger("plugins").info(
         "plugins loaded",
         plugins={name: str(report.status) for name, report in catalog.reports.items()},
@@ -203,11 +201,11 @@ def plugin_catalog() -> PluginCatalog:
 _active: list[PluginCatalog] = []
 
 
-def load_at_start() -> PluginCatalog:
+def load_at_start(reserved_tools: frozenset[str]) -> PluginCatalog:
     """Load the process's plugins and put them to use (a worker's start): from now on the
     toolbox offers their tools and model settings may name their providers. A process that
     never calls it (a library user, a unit test) runs without plugins."""
-    catalog = plugin_catalog()
+    catalog = plugin_catalog(reserved_tools)
     _active[:] = [catalog]
     return catalog
 

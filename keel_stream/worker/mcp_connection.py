@@ -50,7 +50,7 @@ from keel_stream.tenancy.document import (
     resolved_args,
     resolved_url,
 )
-from keel_stream.worker.tool_providers import ToolConnection
+from keel_stream.worker.tool_connection import ToolConnection
 
 __all__ = ["McpConnection", "call_result_text", "stdio_parameters"]
 

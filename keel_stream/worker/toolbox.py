@@ -30,11 +30,11 @@ from keel_stream.plugins.pinning import (
     catalog_of,
     changed_message,
 )
+from keel_stream.plugins.tool_arguments import ArgumentsCheck, SchemaError
 from keel_stream.worker.limits import ToolLimits
 from keel_stream.worker.output_bounds import bounded_text
 from keel_stream.worker.providers.base import ToolSpec
-from keel_stream.worker.tool_arguments import ArgumentsCheck, SchemaError
-from keel_stream.worker.tool_providers import ToolConnection
+from keel_stream.worker.tool_connection import ToolConnection
 from keel_stream.worker.tools import TOOLS, ToolFailed, run_tool, within
 
 __all__ = ["SEPARATOR", "Toolbox", "exposed_name"]

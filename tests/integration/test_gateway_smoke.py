@@ -11,7 +11,13 @@ def test_the_gateway_smoke_passes_its_15_steps_with_no_leftover_process(
     empty_database_dsn: str,
 ) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "keel_stream.gateway.smoke", "--database-url", empty_database_dsn],
+        [
+            sys.executable,
+            "-m",
+            "keel_stream.dev.gateway_smoke",
+            "--database-url",
+            empty_database_dsn,
+        ],
         capture_output=True,
         text=True,
         timeout=300,

@@ -11,7 +11,7 @@ from pathlib import Path
 import asyncpg
 import httpx
 
-from keel_stream.api.readiness import CACHE_S
+from keel_stream.api.presence import CACHE_S
 from keel_stream.triggers.scheduler import SchedulerConfig, run_scheduler
 from tests.support.api import serve_api
 from tests.support.cli import keel_process

@@ -17,9 +17,9 @@ from keel_stream.dev.addresses import running_dev, write_addresses
 from keel_stream.dev.lock import dev_lock, ensure_not_running
 from keel_stream.dev.pids import PIDS_FILE, DevPids, sweep_leftovers
 from keel_stream.dev.procs import Proc, die_with_parent, wait_gone
-from keel_stream.dev.readiness import projector_group
 from keel_stream.dev.resume import needs_reset
 from keel_stream.errors import DevAlreadyRunning
+from keel_stream.topics.groups import projector_group
 
 
 @pytest.fixture

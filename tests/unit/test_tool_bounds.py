@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from keel_stream.gateway.jsonrpc import Message, Request
 from keel_stream.gateway.protocol import Method
 from keel_stream.gateway.transport import Transport
+from keel_stream.plugins.tool_arguments import ArgumentsCheck, SchemaError, non_finite
 from keel_stream.settings import KeelSettings
 from keel_stream.tenancy.document import ToolSpec
 from keel_stream.worker.limits import StreamLimits, ToolLimits
@@ -30,7 +31,6 @@ from keel_stream.worker.providers import (
 from keel_stream.worker.providers.base import json_object
 from keel_stream.worker.providers.chat_wire import ChatStream
 from keel_stream.worker.providers.retry import Failure, RetryPolicy, retry_pause
-from keel_stream.worker.tool_arguments import ArgumentsCheck, SchemaError, non_finite
 from keel_stream.worker.tool_providers import ProviderConnection, ToolProviders
 from keel_stream.worker.toolbox import Toolbox
 from keel_stream.worker.tools import run_tool

@@ -13,9 +13,8 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
 from keel_stream import __version__
-from keel_stream.api.deps import CONSOLE_HEADER, config_of, services_of, session_row, session_view
-from keel_stream.console.overview import Overview, gather
-from keel_stream.console.signin import (
+from keel_stream.api.console.overview import Overview, gather
+from keel_stream.api.console.signin import (
     console_tenant,
     login_key,
     same_origin,
@@ -24,6 +23,7 @@ from keel_stream.console.signin import (
     throttle_of,
     to_login,
 )
+from keel_stream.api.deps import CONSOLE_HEADER, config_of, services_of, session_row, session_view
 from keel_stream.errors import KeelError
 
 __all__ = ["STATIC", "router"]

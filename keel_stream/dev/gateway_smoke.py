@@ -1,8 +1,8 @@
 """The external-gateway smoke: the real runtime + real PostgreSQL + the reference sidecar,
 through 15 named steps; prints ``SMOKE PASS (15 steps)`` and the leftover process count (0).
 
-    python -m keel_stream.gateway.smoke --database-url postgresql://...   # a migrated or empty DB
-    python -m keel_stream.gateway.smoke                                   # embedded PostgreSQL
+    python -m keel_stream.dev.gateway_smoke --database-url postgresql://...  # migrated or empty
+    python -m keel_stream.dev.gateway_smoke                                  # embedded PostgreSQL
 
 Exit status 0 on a pass, 1 when a step fails (its name and why on stderr).
 """

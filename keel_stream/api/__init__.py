@@ -1,0 +1,1 @@
+"""AgentAPI: the HTTP edge (FastAPI REST and SSE) and the web console it serves."""

@@ -1,0 +1,1 @@
+"""The projections worker: hosts the read models' folds (Faust) over keel.events.v1."""

@@ -1,0 +1,1 @@
+"""The worker: claims runs and drives the agent loop (model providers, tools, subagents)."""
