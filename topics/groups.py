@@ -1,7 +1,8 @@
-"""The consumer groups the platform's daemons join on the broker, named once.
+"""The consumer groups the platform's daemons join on the broker.
 
 The API's readiness and dev's "ready" both ask whether the projections worker's group is live,
-so its name is here, below all three, not in any one of them.
+so its name is here, below all three, not in any one of them (the projector's
+HostConfig.group spells the same name; tests/unit/test_dev_parts.py holds the two equal).
 """
 
 from __future__ import annotations

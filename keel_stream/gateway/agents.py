@@ -28,14 +28,13 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 from keel_stream.errors import (
-    BackendUnavailable,
     ExternalSessionClosed,
     ExternalSessionUnavailable,
-    GatewayError,
     InvalidPayload,
     PayloadRule,
     UnknownBackend,
 )
+from keel_stream.errors.gateway import BackendUnavailable, GatewayError
 from keel_stream.gateway.audit import AuditLog
 from keel_stream.gateway.backend import Backend, BackendContext, backend_key
 from keel_stream.gateway.connection import Supervision

@@ -52,7 +52,6 @@ from keel_stream.store.connect import Pool, create_pool
 from keel_stream.store.projection_state import PostgresProjectionStore, ProjectionStore
 from keel_stream.topics.admin import apply_catalog
 from keel_stream.topics.catalog import EVENTS, SSE
-from keel_stream.topics.groups import projector_group
 
 __all__ = ["HostConfig", "build_app", "run_worker"]
 
@@ -81,7 +80,7 @@ class HostConfig:
 
     @property
     def group(self) -> str:
-        return self.app_id or projector_group(self.topic_prefix)
+        return self.app_id or f"{self.topic_prefix}keel-projections"
 
 
 class _Runtime:
