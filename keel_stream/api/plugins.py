@@ -12,7 +12,6 @@ from fastapi import APIRouter
 
 from keel_stream.api.deps import ERRORS, Tenant
 from keel_stream.plugins import GROUPS, plugin_catalog
-from keel_stream.worker.tools import BUILTIN_TOOL_NAMES
 
 __all__ = ["router"]
 
@@ -26,7 +25,7 @@ async def list_plugins(tenant: Tenant) -> dict[str, Any]:
     in KEEL_PLUGINS_ENABLED), `error`, `entryPoints` by group, `details` per entry point and
     the `tools` it provides with their `schemaDigest`. Projection plugins are loaded and
     listed, not hosted by the projector (`projectionsHosted: false`)."""
-    catalog = plugin_catalog(BUILTIN_TOOL_NAMES)
+    catalog = plugin_catalog()
     return {
         "groups": [str(group) for group in GROUPS],
         "projectionsHosted": False,

@@ -17,7 +17,6 @@ from keel_stream.dev.components import worker_config
 from keel_stream.dev.signals import until_signalled
 from keel_stream.metrics import METRICS_PORT_HINT, Component, declare, serve_metrics
 from keel_stream.plugins import load_at_start
-from keel_stream.worker.tools import BUILTIN_TOOL_NAMES
 from keel_stream.worker.worker import Worker
 
 __all__ = ["worker"]
@@ -41,5 +40,5 @@ def worker(
     if settings.metrics_port is not None:
         ensure_port_free(settings.metrics_host, settings.metrics_port, hint=METRICS_PORT_HINT)
         serve_metrics(settings.metrics_host, settings.metrics_port)
-    load_at_start(BUILTIN_TOOL_NAMES)  # plugins' tools and providers (docs/plugins.md)
+    load_at_start()  # plugins' tools and providers (docs/plugins.md)
     asyncio.run(until_signalled(Worker(config).run))

@@ -33,6 +33,7 @@ from keel_stream.settings import env_var
 
 __all__ = [
     "BUILTIN_PROVIDERS",
+    "BUILTIN_TOOLS",
     "ENABLED_VAR",
     "PluginCatalog",
     "active_plugins",
@@ -45,6 +46,9 @@ __all__ = [
 
 ENABLED_VAR: Final = env_var("plugins_enabled")
 BUILTIN_PROVIDERS: Final = frozenset({"openai", "fake"})
+BUILTIN_TOOLS: Final = frozenset({"echo", "note", "sleep"})
+"""The names the platform's own tools and model providers take: no plugin may (docs/plugins.md;
+the worker's tools and providers are held to them by tests/unit/test_plugins_loading.py)."""
 TOOL_NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _UNKNOWN: Final = "(no distribution)"
 
@@ -187,10 +191,10 @@ def load_plugins(
 
 
 @functools.cache
-def plugin_catalog(reserved_tools: frozenset[str]) -> PluginCatalog:
-    """The process's plugins, loaded once (at start, or at first use), with the built-in tools'
-    names (``reserved_tools``: the worker's) taken and KEEL_PLUGINS_ENABLED applied."""
-    catalog = load_plugins(enabled_from(os.environ.get(ENABLED_VAR)), reserved_tools)
+def plugin_catalog() -> PluginCatalog:
+    """The process's plugins, loaded once (at start, or at first use), with the built-in tool
+    names reserved and KEEL_PLUGINS_ENABLED applied."""
+    catalog = load_plugins(enabled_from(os.environ.get(ENABLED_VAR)), BUILTIN_TOOLS)
     get_logger("plugins").info(
         "plugins loaded",
         plugins={name: str(report.status) for name, report in catalog.reports.items()},
@@ -201,11 +205,11 @@ def plugin_catalog(reserved_tools: frozenset[str]) -> PluginCatalog:
 _active: list[PluginCatalog] = []
 
 
-def load_at_start(reserved_tools: frozenset[str]) -> PluginCatalog:
+def load_at_start() -> PluginCatalog:
     """Load the process's plugins and put them to use (a worker's start): from now on the
     toolbox offers their tools and model settings may name their providers. A process that
     never calls it (a library user, a unit test) runs without plugins."""
-    catalog = plugin_catalog(reserved_tools)
+    catalog = plugin_catalog()
     _active[:] = [catalog]
     return catalog
 

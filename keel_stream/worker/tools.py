@@ -19,7 +19,7 @@ from typing import Any, Final
 from keel_stream.plugins.tool_arguments import ArgumentsCheck
 from keel_stream.worker.providers.base import ToolSpec
 
-__all__ = ["BUILTIN_TOOL_NAMES", "SLEEP_MAX_S", "TOOLS", "Tool", "ToolFailed", "run_tool", "within"]
+__all__ = ["SLEEP_MAX_S", "TOOLS", "Tool", "ToolFailed", "run_tool", "within"]
 
 SLEEP_MAX_S: Final = 300
 NOTE_PAUSE_MAX_MS: Final = 60_000
@@ -102,8 +102,6 @@ TOOLS: Final = {
         ),
     )
 }
-BUILTIN_TOOL_NAMES: Final = frozenset(TOOLS)
-"""A plugin's tool may not take these names (keel_stream.plugins.load_at_start)."""
 
 
 async def run_tool(name: str, arguments: Any) -> tuple[str, bool]:

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Final
 
 from keel_stream.plugins import PluginCatalog, load_at_start, plugin_catalog, stop_using_plugins
-from keel_stream.worker.tools import BUILTIN_TOOL_NAMES
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 EXAMPLES: Final = {
@@ -53,6 +52,6 @@ def plugins_in_use() -> Iterator[PluginCatalog]:
     """The examples installed, loaded and in use (as a worker's start does), then not."""
     install_examples()
     try:
-        yield load_at_start(BUILTIN_TOOL_NAMES)
+        yield load_at_start()
     finally:
         stop_using_plugins()

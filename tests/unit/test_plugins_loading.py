@@ -12,8 +12,11 @@ import pytest
 
 from keel_stream.kernel import Event
 from keel_stream.plugins import Group, PluginCatalog, PluginTool, Status, load_plugins
+from keel_stream.plugins.loader import BUILTIN_PROVIDERS, BUILTIN_TOOLS
 from keel_stream.plugins.pinning import SCHEMA_CHANGED, Pin, pins_in
 from keel_stream.worker.limits import ToolLimits
+from keel_stream.worker.providers.fake import FakeProvider
+from keel_stream.worker.providers.openai import OpenAIProvider
 from keel_stream.worker.toolbox import Toolbox
 from keel_stream.worker.tools import TOOLS
 from tests.support.plugin_packages import install_examples
@@ -76,6 +79,12 @@ def test_a_tool_named_like_a_builtin_is_refused() -> None:
     assert example["status"] == "error"
     assert "tool name 'word_count' is a built-in tool's" in example["error"]
     assert "word_count" not in catalog.tools
+
+
+def test_the_reserved_names_are_the_workers_own_tools_and_providers() -> None:
+    # plugins/ states them (it sits below the worker); the worker's tables must agree.
+    assert set(TOOLS) == BUILTIN_TOOLS
+    assert {OpenAIProvider.name, FakeProvider.name} == BUILTIN_PROVIDERS
 
 
 async def _count(arguments: Mapping[str, Any]) -> str:
