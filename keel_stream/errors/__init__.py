@@ -73,6 +73,7 @@ Every error carries a stable machine-readable ``code`` and a ``retriable`` flag;
     │   └── MigrationDrift              an applied migration file was changed afterwards
     ├── BrokerError                     Kafka refused or failed a request (translated at the seam)
     │   ├── BrokerUnavailable           the broker could not be reached or timed out (retriable)
+    │   ├── BrokerAccessDenied          the broker refused the credentials (SASL, TLS) or an ACL
     │   └── TopicMissing                a topic the platform needs does not exist (apply topics)
     ├── GatewayError                    an external provider failed or broke the protocol (502)
     │   ├── BackendTimeout              no answer within the per-request timeout (-32001, 504)
@@ -115,6 +116,7 @@ from keel_stream.errors.base import (
     QuotaRefused,
 )
 from keel_stream.errors.broker import (
+    BrokerAccessDenied,
     BrokerError,
     BrokerUnavailable,
     TopicMissing,
@@ -221,6 +223,7 @@ __all__ = [
     "BackendCancelRefused",
     "BackendTimeout",
     "BackendUnavailable",
+    "BrokerAccessDenied",
     "BrokerError",
     "BrokerUnavailable",
     "BudgetRefused",

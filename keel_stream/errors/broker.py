@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from keel_stream.errors.base import KeelError
 
-__all__ = ["BrokerError", "BrokerUnavailable", "TopicMissing"]
+__all__ = ["BrokerAccessDenied", "BrokerError", "BrokerUnavailable", "TopicMissing"]
 
 
 class BrokerError(KeelError):
@@ -18,6 +18,13 @@ class BrokerUnavailable(BrokerError):
 
     code = "broker_unavailable"
     retriable = True
+
+
+class BrokerAccessDenied(BrokerError):
+    """The broker refused this client's credentials (SASL, its TLS certificate) or permissions
+    (an ACL); retrying does not help until the settings or the ACLs change."""
+
+    code = "broker_access_denied"
 
 
 class TopicMissing(BrokerError):
