@@ -1,12 +1,17 @@
 """The store: the one door to PostgreSQL (migrations, the commit transaction, reads, run rows),
-and the in-memory adapter that keeps the same rules."""
+and the in-memory backend that keeps the same rules.
 
-from keel_stream.store.connect import Pool, connect, create_pool, pooled
+Outside this package a backend is a `Store` (or, PostgreSQL's, a `Database`): `open_store` /
+`opened_store` make the PostgreSQL one, `MemoryStore()` the memory one; repositories come from
+it, typed by their ports. The pool and the adapter classes stay in here.
+"""
+
+from keel_stream.store.backend import Database, Store
 from keel_stream.store.memory import MemoryRuns, MemoryStore
 from keel_stream.store.migrate import MigrationReport, migrate
-from keel_stream.store.outbox import Outbox, PostgresOutbox
-from keel_stream.store.postgres import PostgresLedger
-from keel_stream.store.projection_state import PostgresProjectionStore, ProjectionStore
+from keel_stream.store.outbox import Outbox
+from keel_stream.store.postgres_store import open_store, opened_store, relay_outbox
+from keel_stream.store.projection_state import ProjectionStore
 from keel_stream.store.protocol import (
     MAX_READ_LIMIT,
     Claim,
@@ -18,11 +23,11 @@ from keel_stream.store.protocol import (
     Runs,
     Settlement,
 )
-from keel_stream.store.runs import PostgresRuns
 
 __all__ = [
     "MAX_READ_LIMIT",
     "Claim",
+    "Database",
     "ExternalMarkers",
     "ExternalStatus",
     "Heartbeat",
@@ -32,16 +37,12 @@ __all__ = [
     "Metering",
     "MigrationReport",
     "Outbox",
-    "Pool",
-    "PostgresLedger",
-    "PostgresOutbox",
-    "PostgresProjectionStore",
-    "PostgresRuns",
     "ProjectionStore",
     "Runs",
     "Settlement",
-    "connect",
-    "create_pool",
+    "Store",
     "migrate",
-    "pooled",
+    "open_store",
+    "opened_store",
+    "relay_outbox",
 ]

@@ -4,9 +4,9 @@ for gaps, the active subscriptions, and the deliveries written with the new fold
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import asyncpg
 import orjson
@@ -17,7 +17,7 @@ from keel_stream.store.hooks import NewDelivery, Subscription, delivery_columns,
 from keel_stream.store.postgres import event_of
 from keel_stream.store.sqlfiles import query
 
-__all__ = ["DispatchTransaction", "HookDispatchStore", "StoredFold"]
+__all__ = ["DispatchTransaction", "HookDispatchStore", "PostgresHookDispatchStore", "StoredFold"]
 
 Key = tuple[str, str]
 _LEDGER_END: Final = 2**63 - 1
@@ -73,7 +73,15 @@ class DispatchTransaction:
         )
 
 
-class HookDispatchStore:
+class HookDispatchStore(Protocol):
+    """Where the dispatcher turns committed events into deliveries, one transaction a batch."""
+
+    def transaction(self) -> AbstractAsyncContextManager[DispatchTransaction]:
+        """A transaction that commits when the block ends without an error."""
+        ...
+
+
+class PostgresHookDispatchStore:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
 
