@@ -66,6 +66,8 @@ class BatchStore(Protocol):
 
     def transaction(self) -> AbstractAsyncContextManager[ProjectionTransaction]: ...
 
+    def parked(self) -> ParkedStore: ...
+
 
 @dataclass(frozen=True, slots=True)
 class BatchResult:

@@ -28,7 +28,7 @@ from keel_stream.store.projection_state import ProjectionStore
 from keel_stream.store.protocol import Ledger, Runs
 from keel_stream.store.service_heartbeats import ServiceHeartbeats
 from keel_stream.store.sessions import Sessions
-from keel_stream.store.subagents import Subagents
+from keel_stream.store.subagents import Subagents, SubagentTree
 from keel_stream.store.tenant_configs import TenantConfigs
 from keel_stream.store.triggers import TriggerStore
 from keel_stream.store.triggers_schedule import TriggerScheduleStore
@@ -70,6 +70,10 @@ class Store(Protocol):
 
 class Database(Store, Protocol):
     """The PostgreSQL backend's further ports."""
+
+    def subagents(self) -> SubagentTree:
+        """The links with the reads of whole trees (they join the run rows)."""
+        ...
 
     def sessions(self) -> Sessions: ...
 

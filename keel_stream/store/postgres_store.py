@@ -27,7 +27,7 @@ from keel_stream.store.protocol import Ledger, Runs
 from keel_stream.store.runs import PostgresRuns
 from keel_stream.store.service_heartbeats import PostgresServiceHeartbeats, ServiceHeartbeats
 from keel_stream.store.sessions import PostgresSessions, Sessions
-from keel_stream.store.subagents import PostgresSubagents, Subagents
+from keel_stream.store.subagents import PostgresSubagents, SubagentTree
 from keel_stream.store.tenant_configs import PostgresTenantConfigs, TenantConfigs
 from keel_stream.store.triggers import PostgresTriggerStore, TriggerStore
 from keel_stream.store.triggers_schedule import PostgresTriggerScheduleStore, TriggerScheduleStore
@@ -63,7 +63,7 @@ class PostgresStore:
     def deadlines(self) -> Deadlines:
         return PostgresDeadlines(self._pool)
 
-    def subagents(self) -> Subagents:
+    def subagents(self) -> SubagentTree:
         return PostgresSubagents(self._pool)
 
     def external_sessions(self) -> ExternalSessions:
