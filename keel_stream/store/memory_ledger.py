@@ -30,6 +30,7 @@ from keel_stream.errors import (
 )
 from keel_stream.kernel.commits import (
     PreparedCommit,
+    SessionState,
     check_class_gate,
     check_identifier,
     prepare,
@@ -170,10 +171,10 @@ class MemoryLedger:
         return submissions
 
     def _apply(self, session: _Session, commit: PreparedCommit) -> Submission:
-        """One commit under the session's rules (keel_commit of migration 0031, in order)."""
+        """One commit under the session's rules (keel_commit of migration 0053, in order)."""
         external = session.external
         closed = external is not None and external.status == ExternalStatus.CLOSED
-        if check_class_gate(commit, external=external is not None, closed=closed):
+        if check_class_gate(commit, SessionState.of(external=external is not None, closed=closed)):
             run, lease = session.run, commit.lease
             if run is None or lease is None or not _holds(run, lease):
                 raise LeaseFenced(f"lease {lease} does not hold session {commit.session_id!r}")
