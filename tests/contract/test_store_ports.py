@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from keel_stream.kernel import CommitRequest
 from keel_stream.store import ExternalMarkers, ExternalStatus, Store
 from keel_stream.store.deadlines import Deadline
+from keel_stream.store.outbox import Shard
 from keel_stream.store.projection_parked import ParkedSession
 from keel_stream.store.projection_state import Behind, StoredState
 from keel_stream.store.subagents import Link
@@ -158,4 +159,38 @@ class TestExternalSessionsOnPostgres(OnPostgres, ExternalSessionsContract):
 
 
 class TestExternalSessionsInMemory(InMemory, ExternalSessionsContract):
+    pass
+
+
+class OutboxContract:
+    async def test_a_shard_leads_alone_and_hands_out_its_rows_until_acknowledged(
+        self, backend: Store
+    ) -> None:
+        await _sessions_with_events(backend, {"s1": 2, "s2": 1})
+        outbox = backend.outbox()
+        async with outbox.shard(Shard()) as leader, outbox.shard(Shard()) as other:
+            assert await leader.try_lead()
+            assert not await other.try_lead(), "one relay leads a shard"
+            rows = await leader.fetch(10)
+            assert [(r.session, r.seq) for r in rows] == [("s1", 1), ("s1", 2), ("s2", 1)]
+            assert (await leader.backlog()).events == 3
+            await leader.acknowledge([rows[0].id])
+            assert [(r.session, r.seq) for r in await leader.fetch(10)] == [("s1", 2), ("s2", 1)]
+
+    async def test_republish_enqueues_the_ledger_again_after_a_seq(self, backend: Store) -> None:
+        await _sessions_with_events(backend, {"s1": 3})
+        outbox = backend.outbox()
+        async with outbox.shard(Shard()) as shard:
+            assert await shard.try_lead()
+            await shard.acknowledge([r.id for r in await shard.fetch(10)])
+            report = await outbox.republish(session="s1", after_seq=1)
+            assert (report.sessions, report.events) == (1, 2)
+            assert [r.seq for r in await shard.fetch(10)] == [2, 3]
+
+
+class TestOutboxOnPostgres(OnPostgres, OutboxContract):
+    pass
+
+
+class TestOutboxInMemory(InMemory, OutboxContract):
     pass
