@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+import asyncpg
 import httpx
 import orjson
 
@@ -49,7 +50,6 @@ from benchmarks.sse_procs import HOST, top_frames
 from keel_stream.kafka.broker import free_port
 from keel_stream.kernel import CommitRequest, Event
 from keel_stream.store import PostgresLedger, create_pool
-from keel_stream.store.connect import Pool
 from keel_stream.store.keys import PostgresKeyStore
 from keel_stream.store.notifications import PostgresListener
 
@@ -172,7 +172,7 @@ async def stop(proc: Process) -> None:
 @dataclass
 class Scratch:
     db: str
-    pool: Pool
+    pool: asyncpg.Pool
     ledger: PostgresLedger
     key: str
     sessions: list[str]

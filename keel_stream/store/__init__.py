@@ -8,7 +8,7 @@ the tests that test them (tests/test_quality.py keeps them out of the product's 
 """
 
 from keel_stream.store.backend import Database, Store
-from keel_stream.store.connect import Pool, connect, create_pool, pooled
+from keel_stream.store.connect import connect, create_pool, pooled
 from keel_stream.store.memory import MemoryRuns, MemoryStore
 from keel_stream.store.migrate import MigrationReport, migrate
 from keel_stream.store.outbox import Outbox, PostgresOutbox
@@ -41,7 +41,6 @@ __all__ = [
     "Metering",
     "MigrationReport",
     "Outbox",
-    "Pool",
     "PostgresLedger",
     "PostgresOutbox",
     "PostgresProjectionStore",

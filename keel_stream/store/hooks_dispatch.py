@@ -17,7 +17,13 @@ from keel_stream.store.hooks import NewDelivery, Subscription, delivery_columns,
 from keel_stream.store.postgres import event_of
 from keel_stream.store.sqlfiles import query
 
-__all__ = ["DispatchTransaction", "HookDispatchStore", "PostgresHookDispatchStore", "StoredFold"]
+__all__ = [
+    "DispatchTransaction",
+    "HookDispatchStore",
+    "PostgresDispatchTransaction",
+    "PostgresHookDispatchStore",
+    "StoredFold",
+]
 
 Key = tuple[str, str]
 _LEDGER_END: Final = 2**63 - 1
@@ -30,7 +36,23 @@ class StoredFold:
     native: bool
 
 
-class DispatchTransaction:
+class DispatchTransaction(Protocol):
+    """The statements of one dispatch transaction; it commits when its block ends cleanly."""
+
+    async def lock_folds(self, keys: Iterable[Key]) -> dict[Key, StoredFold]: ...
+
+    async def ledger_range(
+        self, tenant: str, session: str, after: int, upto: int = _LEDGER_END
+    ) -> list[Event]: ...
+
+    async def subscriptions(self, tenants: Iterable[str]) -> list[Subscription]: ...
+
+    async def insert_deliveries(self, rows: Sequence[NewDelivery]) -> None: ...
+
+    async def write_folds(self, folds: Mapping[Key, tuple[int, Mapping[str, Any]]]) -> None: ...
+
+
+class PostgresDispatchTransaction:
     """The statements of one dispatch transaction."""
 
     def __init__(self, conn: asyncpg.Connection) -> None:
@@ -93,4 +115,4 @@ class PostgresHookDispatchStore:
             self._pool.acquire() as conn,
             conn.transaction(),
         ):
-            yield DispatchTransaction(conn)
+            yield PostgresDispatchTransaction(conn)

@@ -21,6 +21,7 @@ __all__ = [
     "NewFiring",
     "Outcome",
     "PlanTransaction",
+    "PostgresPlanTransaction",
     "PostgresTriggerScheduleStore",
     "TriggerScheduleStore",
 ]
@@ -51,7 +52,38 @@ class Outcome:
     error: str | None = None
 
 
-class PlanTransaction:
+class PlanTransaction(Protocol):
+    """The statements of one planning transaction (the trigger row locked)."""
+
+    trigger: TriggerRow | None
+    """None when the lease lapsed (or the trigger is gone): plan nothing."""
+    now: datetime
+
+    async def run_status(self, tenant: str, session: str) -> str | None: ...
+
+    async def has_buffered(self, trigger_id: str) -> bool: ...
+
+    async def insert_firing(self, new: NewFiring) -> FiringRow | None:
+        """The recorded firing, or None when its key was recorded before."""
+        ...
+
+    async def firing_by_key(self, trigger_id: str, key: str) -> FiringRow | None: ...
+
+    async def advance(
+        self,
+        trigger_id: str,
+        next_nominal_at: datetime | None,
+        next_fire_at: datetime | None,
+        fires: int,
+        state: str,
+    ) -> None: ...
+
+    async def subscriptions(self, tenant: str) -> list[Subscription]: ...
+
+    async def insert_deliveries(self, rows: Sequence[NewDelivery]) -> None: ...
+
+
+class PostgresPlanTransaction:
     """The statements of one planning transaction (the trigger row locked)."""
 
     def __init__(self, conn: asyncpg.Connection, trigger: TriggerRow | None, now: datetime) -> None:
@@ -172,7 +204,7 @@ class PostgresTriggerScheduleStore:
             else:
                 row = await conn.fetchrow(query("trigger_lock_leased"), trigger_id, token)
             now = await conn.fetchval(query("trigger_now")) if row is None else row["now"]
-            yield PlanTransaction(conn, None if row is None else trigger_of(row), now)
+            yield PostgresPlanTransaction(conn, None if row is None else trigger_of(row), now)
 
     async def open_firings(self, trigger_id: str) -> list[FiringRow]:
         async with translated("read open firings"):
@@ -205,4 +237,4 @@ class PostgresTriggerScheduleStore:
                 outcome.error,
             )
             now = await conn.fetchval(query("trigger_now"))
-            yield PlanTransaction(conn, None, now), None if row is None else firing_of(row)
+            yield PostgresPlanTransaction(conn, None, now), None if row is None else firing_of(row)
