@@ -26,7 +26,7 @@ from benchmarks.cli import arguments
 from benchmarks.servers import postgres, scratch_database
 from keel_stream.kafka.broker import free_port
 from keel_stream.store import PostgresLedger, create_pool
-from keel_stream.store.keys import KeyStore
+from keel_stream.store.keys import PostgresKeyStore
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -93,7 +93,7 @@ async def run(args: argparse.Namespace, dsn: str) -> dict[str, object]:
         pool = await create_pool(db, max_size=2)
         ledger = PostgresLedger(pool)
         await ledger.create_tenant("bench")
-        _, key = await KeyStore(pool).create("bench")
+        _, key = await PostgresKeyStore(pool).create("bench")
         sessions = [await ledger.create_session("bench") for _ in range(args.posters + 1)]
         await pool.close()
         port = free_port()

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+import asyncpg
 import httpx
 import orjson
 
@@ -49,9 +50,8 @@ from benchmarks.sse_procs import HOST, top_frames
 from keel_stream.kafka.broker import free_port
 from keel_stream.kernel import CommitRequest, Event
 from keel_stream.store import PostgresLedger, create_pool
-from keel_stream.store.connect import Pool
-from keel_stream.store.keys import KeyStore
-from keel_stream.store.notifications import Listener
+from keel_stream.store.keys import PostgresKeyStore
+from keel_stream.store.notifications import PostgresListener
 
 Process = asyncio.subprocess.Process
 
@@ -172,7 +172,7 @@ async def stop(proc: Process) -> None:
 @dataclass
 class Scratch:
     db: str
-    pool: Pool
+    pool: asyncpg.Pool
     ledger: PostgresLedger
     key: str
     sessions: list[str]
@@ -216,7 +216,7 @@ async def scratch(args: argparse.Namespace, dsn: str) -> AsyncIterator[Scratch]:
         try:
             ledger = PostgresLedger(pool)
             await ledger.create_tenant("bench")
-            _, key = await KeyStore(pool).create("bench")
+            _, key = await PostgresKeyStore(pool).create("bench")
             sessions = [f"s{i}" for i in range(args.sessions)]
             for session in sessions:
                 await ledger.create_session("bench", session)
@@ -233,7 +233,7 @@ async def api_run(args: argparse.Namespace, dsn: str, profile: Path | None) -> d
         def arrived(payload: str) -> None:
             notified.setdefault(payload, time.time())
 
-        listener = Listener(bench.pool, "keel_commits", arrived)
+        listener = PostgresListener(bench.pool, "keel_commits", arrived)
         await listener.start()
 
         def note(round_: int, event: Event) -> None:

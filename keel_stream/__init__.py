@@ -1,7 +1,7 @@
 """keel-stream: the Keel Core event ledger on PostgreSQL and Kafka.
 
 Importing the package (or its kernel) loads no database or broker driver: the store is imported
-on first use of `Ledger` or `PostgresLedger`.
+on first use of `Ledger`, `Store`, `MemoryStore` or `open_store`.
 """
 
 from typing import Any
@@ -16,15 +16,17 @@ __all__ = [
     "Kind",
     "LeaseToken",
     "Ledger",
-    "PostgresLedger",
+    "MemoryStore",
+    "Store",
     "Submission",
+    "open_store",
 ]
 
 __version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("Ledger", "PostgresLedger"):
+    if name in ("Ledger", "MemoryStore", "Store", "open_store"):
         from keel_stream import store
 
         return getattr(store, name)

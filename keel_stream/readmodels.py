@@ -17,13 +17,8 @@ from keel_stream.kernel.commits import check_identifier
 from keel_stream.kernel.forks import check_history_length
 from keel_stream.projections import ALL, Folded
 from keel_stream.projections import fold as fold_events
-from keel_stream.store.connect import Pool
-from keel_stream.store.postgres import PostgresLedger
-from keel_stream.store.projection_state import (
-    PostgresProjectionStore,
-    ProjectionStore,
-    Subscription,
-)
+from keel_stream.store.backend import Store
+from keel_stream.store.projection_state import ProjectionStore, Subscription
 from keel_stream.store.protocol import MAX_READ_LIMIT, Ledger
 
 __all__ = ["ProjectionView", "ReadModels"]
@@ -51,8 +46,8 @@ class ReadModels:
         self._applied = asyncio.Event()
 
     @classmethod
-    def from_pool(cls, pool: Pool) -> ReadModels:
-        return cls(PostgresProjectionStore(pool), PostgresLedger(pool))
+    def of(cls, store: Store) -> ReadModels:
+        return cls(store.projections(), store.ledger())
 
     async def start(self) -> None:
         subscription = self._store.notifications(self._on_applied)

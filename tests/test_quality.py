@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -82,3 +83,38 @@ def test_only_the_store_imports_the_database_driver() -> None:
             if any(n.split(".")[0] in DRIVERS or n.startswith(private) for n in names):
                 outside.append(f"{relative}:{node.lineno}")
     assert not outside, "SQL has one door, keel_stream/store/: " + ", ".join(outside)
+
+
+def _store_names_imported(tree: object) -> list[tuple[int, str]]:
+    """(line, name) of every name imported from keel_stream.store or one of its modules."""
+    import ast
+
+    assert isinstance(tree, ast.AST)
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("keel_stream.store"):
+            found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
+    return found
+
+
+def test_no_pool_and_no_postgres_class_outside_the_store() -> None:
+    """The pool and the PostgreSQL adapters stay behind the store's door: callers get a Store
+    (keel_stream.store.open_store) and type against the ports (issue 27, point 1)."""
+    import ast
+
+    pool_names = re.compile(r"\.(Pool|create_pool|pooled|connect|connect\.\w+|Postgres\w+)$")
+    outside: list[str] = []
+    for path in _product_files():
+        relative = path.relative_to(ROOT)
+        if relative.parts[:2] == ("keel_stream", "store"):
+            continue
+        source = path.read_text()
+        for line, name in _store_names_imported(ast.parse(source)):
+            if pool_names.search(name) or ".connect." in name:
+                outside.append(f"{relative}:{line} {name}")
+        outside += [
+            f"{relative}:{number} {text.strip()}"
+            for number, text in enumerate(source.splitlines(), 1)
+            if re.search(r"\bPool\b|\bcreate_pool\b|\bPostgres[A-Z]|\._pool\b", text)
+        ]
+    assert not outside, "the pool stays in keel_stream/store/: " + ", ".join(outside)

@@ -41,18 +41,8 @@ from keel_stream.hooks.egress import EgressPolicy
 from keel_stream.hooks.service import HookService, tenant_hosts
 from keel_stream.readmodels import ReadModels
 from keel_stream.settings import KeelSettings
-from keel_stream.store import PostgresLedger, create_pool
-from keel_stream.store.connect import Pool
-from keel_stream.store.deadlines import PostgresDeadlines
-from keel_stream.store.external_sessions import PostgresExternalSessions
-from keel_stream.store.hooks import HookStore
-from keel_stream.store.keys import KeyStore
-from keel_stream.store.ops import OpsReader
-from keel_stream.store.projection_state import PostgresProjectionStore
-from keel_stream.store.runs import PostgresRuns
-from keel_stream.store.service_heartbeats import PostgresServiceHeartbeats
-from keel_stream.store.sessions import PostgresSessions
-from keel_stream.store.subagents import PostgresSubagents
+from keel_stream.store import Database, Ledger, open_store
+from keel_stream.store.external_sessions import ExternalSessions
 from keel_stream.store.tenant_configs import TenantConfigs
 from keel_stream.tenancy.document import TenantConfig, load_boot_config
 from keel_stream.triggers.service import TriggerService
@@ -63,8 +53,8 @@ __all__ = ["ApiConfig", "create_app"]
 
 def _external_agents(
     config: ApiConfig,
-    ledger: PostgresLedger,
-    sessions: PostgresExternalSessions,
+    ledger: Ledger,
+    sessions: ExternalSessions,
     configs: TenantConfigs,
     boot: TenantConfig | None,
 ) -> ExternalAgents:
@@ -83,8 +73,8 @@ def _external_agents(
 def create_app(config: ApiConfig) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        pool = await create_pool(config.database_url, min_size=2, max_size=20)
-        services = _services(config, pool)
+        store = await open_store(config.database_url, min_size=2, max_size=20)
+        services = _services(config, store)
         await services.hub.start()
         await services.models.start()
         await services.external.start()
@@ -96,7 +86,7 @@ def create_app(config: ApiConfig) -> FastAPI:
             await services.external.stop()
             await services.models.close()
             await services.hub.stop()
-            await pool.close()
+            await store.close()
 
     app = FastAPI(
         title="keel-stream AgentAPI",
@@ -113,32 +103,32 @@ def create_app(config: ApiConfig) -> FastAPI:
     return app
 
 
-def _services(config: ApiConfig, pool: Pool) -> Services:
-    """Everything a request may use, on one pool; the caller starts and stops what runs."""
-    ledger = PostgresLedger(pool)
-    configs = TenantConfigs(pool)
+def _services(config: ApiConfig, store: Database) -> Services:
+    """Everything a request may use, on one store; the caller starts and stops what runs."""
+    ledger = store.ledger()
+    configs = store.tenant_configs()
     boot = config.boot_config or load_boot_config(os.environ)
     settings = KeelSettings()
     return Services(
         ledger=ledger,
-        sessions=PostgresSessions(pool),
-        keys=KeyStore(pool),
-        models=ReadModels.from_pool(pool),
-        runs=PostgresRuns(pool, "api", 1),
-        hub=LiveHub(pool, config.bootstrap, config.topic_prefix),
+        sessions=store.sessions(),
+        keys=store.keys(),
+        models=ReadModels.of(store),
+        runs=store.runs("api", 1),
+        hub=LiveHub(store, config.bootstrap, config.topic_prefix),
         tenant_configs=configs,
-        external=_external_agents(config, ledger, PostgresExternalSessions(pool), configs, boot),
-        ops=OpsReader(pool),
-        projections=PostgresProjectionStore(pool),
-        deadlines=PostgresDeadlines(pool),
-        subagents=PostgresSubagents(pool),
+        external=_external_agents(config, ledger, store.external_sessions(), configs, boot),
+        ops=store.ops(),
+        projections=store.projections(),
+        deadlines=store.deadlines(),
+        subagents=store.subagents(),
         hooks=HookService(
-            HookStore(pool),
+            store.hooks(),
             EgressPolicy.parse(settings.hooks_allowed_hosts),
             tenant_hosts=tenant_hosts(TenantConfigCache(configs, boot, ttl_s=0.0)),
         ),
-        triggers=TriggerService.create(pool, settings),
-        presence=Presence(PostgresServiceHeartbeats(pool)),
+        triggers=TriggerService.create(store, settings),
+        presence=Presence(store.service_heartbeats()),
         guard=TenantGuard(config.tenant_limits, configs),
     )
 

@@ -32,14 +32,12 @@ from keel_stream.gateway.jsonrpc import DEFAULT_MAX_LINE_BYTES
 from keel_stream.hooks.service import HookService
 from keel_stream.kernel import StateOwner, check_identifier
 from keel_stream.readmodels import ReadModels
-from keel_stream.store import PostgresLedger
-from keel_stream.store.deadlines import PostgresDeadlines
+from keel_stream.store import Ledger, ProjectionStore, Runs
+from keel_stream.store.deadlines import Deadlines
 from keel_stream.store.keys import KeyStore
 from keel_stream.store.ops import OpsReader
-from keel_stream.store.projection_state import PostgresProjectionStore
-from keel_stream.store.runs import PostgresRuns
-from keel_stream.store.sessions import PostgresSessions, SessionRecord
-from keel_stream.store.subagents import PostgresSubagents
+from keel_stream.store.sessions import SessionRecord, Sessions
+from keel_stream.store.subagents import SubagentTree
 from keel_stream.store.tenant_configs import TenantConfigs
 from keel_stream.tenancy.document import TenantConfig
 from keel_stream.triggers.service import TriggerService
@@ -99,19 +97,19 @@ class ApiConfig:
 class Services:
     """Everything a request may use, created once per process by the app's lifespan."""
 
-    ledger: PostgresLedger
-    sessions: PostgresSessions
+    ledger: Ledger
+    sessions: Sessions
     keys: KeyStore
     models: ReadModels
-    runs: PostgresRuns
+    runs: Runs
     hub: LiveHub
     tenant_configs: TenantConfigs
     external: ExternalAgents
     ops: OpsReader
-    projections: PostgresProjectionStore
+    projections: ProjectionStore
     hooks: HookService
-    deadlines: PostgresDeadlines
-    subagents: PostgresSubagents
+    deadlines: Deadlines
+    subagents: SubagentTree
     triggers: TriggerService
     presence: Presence
     guard: TenantGuard

@@ -19,9 +19,7 @@ from keel_stream.api.fanout import Fanout, Frame, Partial, RangeReads, Signal, S
 from keel_stream.backoff import Backoff
 from keel_stream.kafka.partitions import topic_partitions
 from keel_stream.logs import get_logger
-from keel_stream.store.connect import Pool
-from keel_stream.store.notifications import Listener
-from keel_stream.store.projection_state import PostgresProjectionStore
+from keel_stream.store.backend import Database
 from keel_stream.topics.catalog import PARTIALS, SSE
 
 __all__ = ["Frame", "LiveHub", "Partial", "Signal", "Subscription", "Subscriptions", "Wake"]
@@ -35,11 +33,11 @@ class Subscriptions(Protocol):
 
 
 class LiveHub:
-    def __init__(self, pool: Pool, bootstrap: str | None, topic_prefix: str = "") -> None:
+    def __init__(self, store: Database, bootstrap: str | None, topic_prefix: str = "") -> None:
         # NOTIFY keel_commits: every commit, so streams stay live when Kafka is unreachable;
         # a lost LISTEN connection is listened again (streams catch up on every heartbeat).
-        self._listener = Listener(pool, "keel_commits", self._on_commit)
-        self._fanout = Fanout(RangeReads(PostgresProjectionStore(pool)))
+        self._listener = store.listener("keel_commits", self._on_commit)
+        self._fanout = Fanout(RangeReads(store.projections()))
         self._bootstrap = bootstrap
         self._sse_topic = SSE.full_name(topic_prefix)
         self._partials_topic = PARTIALS.full_name(topic_prefix)

@@ -32,7 +32,7 @@ from keel_stream.api.presence import CACHE_S, Running
 from keel_stream.errors import BrokerError, ProjectionBehind, StoreError, StoreUnavailable
 from keel_stream.kafka.incarnation import cluster_id, group_live
 from keel_stream.store.service_heartbeats import MISSED_BEATS, ServiceKind
-from keel_stream.store.sessions import PostgresSessions
+from keel_stream.store.sessions import Sessions
 
 __all__ = ["CACHE_S", "TIMEOUT_S", "BrokerCheck", "BrokerProbe", "Readiness", "Report"]
 
@@ -104,9 +104,7 @@ class Readiness:
         self._live_on: str | None = None
         """The cluster id the group was seen live on (the gate is open while it is current)."""
 
-    async def report(
-        self, sessions: PostgresSessions, live_source: bool, running: Running
-    ) -> Report:
+    async def report(self, sessions: Sessions, live_source: bool, running: Running) -> Report:
         database, schema = await _database(sessions)
         kafka, models = await self._broker(live_source)
         failure: StoreError | None = None
@@ -190,7 +188,7 @@ def _service(running: Running, kind: ServiceKind, command: str) -> dict[str, Any
     return body
 
 
-async def _database(sessions: PostgresSessions) -> tuple[dict[str, Any], int | None]:
+async def _database(sessions: Sessions) -> tuple[dict[str, Any], int | None]:
     try:
         version = await sessions.schema_version()
     except StoreError as exc:

@@ -24,9 +24,7 @@ from keel_stream.cli.output import print_table
 from keel_stream.cli.preflight import ensure_port_free
 from keel_stream.kafka.errors import kafka_translated
 from keel_stream.metrics import METRICS_PORT_HINT
-from keel_stream.store import pooled
-from keel_stream.store.admin import prune as prune_retired
-from keel_stream.store.projection_state import PostgresProjectionStore
+from keel_stream.store import opened_store
 
 if TYPE_CHECKING:
     from keel_stream.projector.rebuild import Progress as RebuildProgress
@@ -118,10 +116,10 @@ def rebuild(name: Name, database_url: DatabaseUrl = None, bootstrap: Bootstrap =
     dsn, servers = require_database(settings), require_bootstrap(settings)
 
     async def work() -> str:
-        async with pooled(dsn) as pool, kafka_translated(f"rebuild {name}"):
+        async with opened_store(dsn) as backend, kafka_translated(f"rebuild {name}"):
             with _progress_bar(name) as show:
                 report = await rebuild_projection(
-                    PostgresProjectionStore(pool),
+                    backend.projections(),
                     servers,
                     name,
                     topic_prefix=settings.topic_prefix,
@@ -150,8 +148,8 @@ def prune(
     dsn = require_database(load_settings(database_url=database_url))
 
     async def work() -> str:
-        async with pooled(dsn) as pool:
-            report = await prune_retired(pool, name)
+        async with opened_store(dsn) as backend:
+            report = await backend.admin().prune(name)
         return f"pruned {report.generations} retired generations ({report.states} states)"
 
     typer.echo(asyncio.run(work()))
@@ -166,8 +164,8 @@ def status(database_url: DatabaseUrl = None, bootstrap: Bootstrap = None) -> Non
     dsn = require_database(settings)
 
     async def work() -> None:
-        async with pooled(dsn, max_size=2) as pool, kafka_translated("read offsets"):
-            store = PostgresProjectionStore(pool)
+        async with opened_store(dsn, max_size=2) as backend, kafka_translated("read offsets"):
+            store = backend.projections()
             rows = await projection_status(store, settings.kafka_bootstrap, settings.topic_prefix)
         print_table(
             ["projection", "gen", "status", "sessions", "behind", "parked", "lag", "offsets"],
@@ -206,8 +204,8 @@ def parked(name: OnlyProjection = None, database_url: DatabaseUrl = None) -> Non
     dsn = require_database(load_settings(database_url=database_url))
 
     async def work() -> None:
-        async with pooled(dsn, max_size=1) as pool:
-            rows = await parked_sessions(PostgresProjectionStore(pool), name)
+        async with opened_store(dsn, max_size=1) as backend:
+            rows = await parked_sessions(backend.projections(), name)
         print_table(
             ["projection", "gen", "tenant", "session", "seq", "tries", "due", "error"],
             (
@@ -243,7 +241,7 @@ def unpark(
     dsn = require_database(load_settings(database_url=database_url))
 
     async def work() -> int:
-        async with pooled(dsn, max_size=1) as pool:
-            return await unpark_sessions(PostgresProjectionStore(pool), name, tenant, session)
+        async with opened_store(dsn, max_size=1) as backend:
+            return await unpark_sessions(backend.projections(), name, tenant, session)
 
     typer.echo(f"unparked {asyncio.run(work())} sessions")

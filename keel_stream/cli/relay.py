@@ -22,9 +22,9 @@ from keel_stream.cli.preflight import ensure_port_free
 from keel_stream.dev.components import relay_config
 from keel_stream.dev.signals import until_signalled
 from keel_stream.metrics import METRICS_PORT_HINT, Component, declare, serve_metrics
-from keel_stream.relay import Relay, RelayConfig, Shard, republish
+from keel_stream.relay import Relay, RelayConfig, Shard
 from keel_stream.settings import KeelSettings
-from keel_stream.store import pooled
+from keel_stream.store import opened_store
 
 __all__ = ["relay", "republish_command"]
 
@@ -77,8 +77,9 @@ def republish_command(
     dsn = require_database(load_settings(database_url=database_url))
 
     async def work() -> str:
-        async with pooled(dsn, max_size=2) as pool:
-            report = await republish(pool, tenant=tenant, session=session, after_seq=after_seq)
+        async with opened_store(dsn, max_size=2) as store:
+            outbox = store.outbox()
+            report = await outbox.republish(tenant=tenant, session=session, after_seq=after_seq)
         return f"enqueued {report.events} events of {report.sessions} sessions"
 
     typer.echo(asyncio.run(work()))

@@ -9,7 +9,7 @@ import typer
 
 from keel_stream.cli.options import DatabaseUrl, load_settings, require_database
 from keel_stream.kernel.forks import Fork
-from keel_stream.store import PostgresLedger, pooled
+from keel_stream.store import opened_store
 
 __all__ = ["app"]
 
@@ -35,10 +35,8 @@ def fork(
     dsn = require_database(load_settings(database_url=database_url))
 
     async def work() -> Fork:
-        async with pooled(dsn, max_size=1) as pool:
-            return await PostgresLedger(pool).fork(
-                tenant, source, at_seq=at_seq, session_id=session_id
-            )
+        async with opened_store(dsn, max_size=1) as store:
+            return await store.ledger().fork(tenant, source, at_seq=at_seq, session_id=session_id)
 
     made = asyncio.run(work())
     owed = f", owes a run for input {made.owed_input_seq}" if made.owed_input_seq else ""

@@ -13,10 +13,9 @@ import typer
 from keel_stream.cli.options import DatabaseUrl, load_settings, require_database
 from keel_stream.cli.output import print_table
 from keel_stream.errors import ConfigNotFound
-from keel_stream.store import PostgresLedger, pooled
-from keel_stream.store.admin import KeyRow, list_keys
-from keel_stream.store.keys import KeyStore
-from keel_stream.store.tenant_configs import StoredConfig, TenantConfigs
+from keel_stream.store import opened_store
+from keel_stream.store.admin import KeyRow
+from keel_stream.store.tenant_configs import StoredConfig
 from keel_stream.tenancy.document import load_config_file, redacted
 
 __all__ = ["config_app", "keys_app", "tenants_app"]
@@ -40,8 +39,8 @@ def create_tenant(
     dsn = require_database(load_settings(database_url=database_url))
 
     async def work() -> None:
-        async with pooled(dsn, max_size=1) as pool:
-            await PostgresLedger(pool).create_tenant(tenant, name)
+        async with opened_store(dsn, max_size=1) as store:
+            await store.ledger().create_tenant(tenant, name)
 
     asyncio.run(work())
     typer.echo(f"created tenant {tenant}")
@@ -62,8 +61,8 @@ def set_config(
     dsn = require_database(load_settings(database_url=database_url))
 
     async def work() -> int:
-        async with pooled(dsn, max_size=1) as pool:
-            return await TenantConfigs(pool).put(tenant, config)
+        async with opened_store(dsn, max_size=1) as store:
+            return await store.tenant_configs().put(tenant, config)
 
     typer.echo(f"stored config version {asyncio.run(work())} of tenant {tenant}")
 
@@ -77,8 +76,8 @@ def show_config(
     dsn = require_database(load_settings(database_url=database_url))
 
     async def work() -> StoredConfig | None:
-        async with pooled(dsn, max_size=1) as pool:
-            return await TenantConfigs(pool).latest(tenant)
+        async with opened_store(dsn, max_size=1) as store:
+            return await store.tenant_configs().latest(tenant)
 
     stored = asyncio.run(work())
     if stored is None:
@@ -96,8 +95,8 @@ def create_key(
     dsn = require_database(load_settings(database_url=database_url))
 
     async def work() -> tuple[str, str]:
-        async with pooled(dsn, max_size=1) as pool:
-            return await KeyStore(pool).create(tenant)
+        async with opened_store(dsn, max_size=1) as store:
+            return await store.keys().create(tenant)
 
     key_id, key = asyncio.run(work())
     typer.echo(f"key id: {key_id}")
@@ -113,8 +112,8 @@ def revoke_key(
     dsn = require_database(load_settings(database_url=database_url))
 
     async def work() -> None:
-        async with pooled(dsn, max_size=1) as pool:
-            await KeyStore(pool).revoke(key_id)
+        async with opened_store(dsn, max_size=1) as store:
+            await store.keys().revoke(key_id)
 
     asyncio.run(work())
     typer.echo(f"revoked {key_id}")
@@ -130,8 +129,8 @@ def list_keys_command(
     dsn = require_database(load_settings(database_url=database_url))
 
     async def work() -> list[KeyRow]:
-        async with pooled(dsn, max_size=1) as pool:
-            return await list_keys(pool, tenant, revoked=revoked)
+        async with opened_store(dsn, max_size=1) as store:
+            return await store.admin().list_keys(tenant, revoked=revoked)
 
     print_table(
         ["key id", "tenant", "created", "revoked"],

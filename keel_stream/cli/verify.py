@@ -17,7 +17,7 @@ from keel_stream.cli.options import (
     require_database,
 )
 from keel_stream.cli.output import print_table
-from keel_stream.store import pooled
+from keel_stream.store import opened_store
 from keel_stream.verify import Scope, VerifyOptions, VerifyReport, verify
 
 __all__ = ["verify_command"]
@@ -67,8 +67,8 @@ def verify_command(
     )
 
     async def work() -> VerifyReport:
-        async with pooled(dsn, max_size=2) as pool:
-            return await verify(pool, servers, options)
+        async with opened_store(dsn, max_size=2) as store:
+            return await verify(store.verify_reads(), servers, options)
 
     report = asyncio.run(work())
     if json_output:

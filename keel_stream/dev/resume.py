@@ -28,9 +28,8 @@ from typing import Final
 
 from keel_stream.kafka.errors import kafka_translated
 from keel_stream.kafka.incarnation import cluster_id
-from keel_stream.relay.republish import RepublishReport, republish
-from keel_stream.store.connect import Pool
-from keel_stream.store.projection_reset import reset_offsets
+from keel_stream.store.backend import Database
+from keel_stream.store.outbox import RepublishReport
 from keel_stream.topics.admin import apply_catalog
 from keel_stream.topics.catalog import EVENTS
 
@@ -82,7 +81,7 @@ def _record(data_dir: Path, current: str) -> None:
 
 
 async def align_with_broker(
-    pool: Pool,
+    store: Database,
     bootstrap: str,
     prefix: str,
     created: Sequence[str],
@@ -98,20 +97,20 @@ async def align_with_broker(
     current = await cluster_id(bootstrap)
     reset = None
     if needs_reset(_recorded(data_dir), current, topic_created=topic_created):
-        reset = await reset_offsets(pool, [source])
-    republished = await republish(pool) if topic_created else None
+        reset = await store.admin().reset_offsets([source])
+    republished = await store.outbox().republish() if topic_created else None
     _record(data_dir, current)
     return Resumed(current, reset, republished)
 
 
 async def realign(
-    pool: Pool, bootstrap: str, prefix: str, data_dir: Path, *, emptied: bool
+    store: Database, bootstrap: str, prefix: str, data_dir: Path, *, emptied: bool
 ) -> tuple[Resumed, list[str]]:
     """After a broker restart, with no projections worker or relay running: apply the topic
     catalog, then align (align_with_broker); return what was done and the catalog's drift."""
     async with kafka_translated("apply topics"):
         topics = await apply_catalog(bootstrap, prefix)
     resumed = await align_with_broker(
-        pool, bootstrap, prefix, topics.created, data_dir, emptied=emptied
+        store, bootstrap, prefix, topics.created, data_dir, emptied=emptied
     )
     return resumed, topics.drift

@@ -41,8 +41,8 @@ from keel_stream.dev.signals import remember_stop_signals, signals_remembered, u
 from keel_stream.kafka.errors import kafka_translated
 from keel_stream.logs import get_logger
 from keel_stream.settings import KeelSettings, env_var
-from keel_stream.store import pooled
-from keel_stream.store.admin import ensure_key, migrate_database, migration_summary
+from keel_stream.store import opened_store
+from keel_stream.store.admin import migrate_database, migration_summary
 from keel_stream.topics.admin import apply_catalog
 from keel_stream.topics.groups import projector_group
 
@@ -109,14 +109,16 @@ class _Platform:
             topics = await apply_catalog(self.servers, settings.topic_prefix)
         say(f"database: {self.dsn}")
         say(f"kafka: {self.servers} (topics: {len(topics.created)} created)")
-        async with pooled(self.dsn, max_size=1) as pool:
+        async with opened_store(self.dsn, max_size=1) as store:
             resumed = await align_with_broker(
-                pool, self.servers, settings.topic_prefix, topics.created, settings.data_dir
+                store, self.servers, settings.topic_prefix, topics.created, settings.data_dir
             )
             say(f"broker: {resumed.summary()}")
             if once:
                 return 0
-            key = await ensure_key(pool, DEV_TENANT, "keel-stream dev", settings.dev_api_key)
+            key = await store.admin().ensure_key(
+                DEV_TENANT, "keel-stream dev", settings.dev_api_key
+            )
         return await self._serve(stop, key)
 
     async def _serve(self, stop: asyncio.Event, key: str) -> int:
@@ -195,9 +197,9 @@ class _Running:
         held services (a failure raises: the broker is restarted again)."""
         platform = self.platform
         settings = platform.settings
-        async with pooled(platform.dsn, max_size=1) as pool:
+        async with opened_store(platform.dsn, max_size=1) as store:
             resumed, drift = await realign(
-                pool,
+                store,
                 servers,
                 settings.topic_prefix,
                 settings.data_dir,

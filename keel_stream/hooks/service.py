@@ -18,12 +18,9 @@ from keel_stream.hooks.egress import (
 from keel_stream.hooks.retry import RetryPolicy
 from keel_stream.hooks.sender import Sender, SenderConfig
 from keel_stream.settings import KeelSettings
-from keel_stream.store import create_pool
+from keel_stream.store import open_store
 from keel_stream.store.hooks import HookStore
-from keel_stream.store.hooks_dispatch import HookDispatchStore
-from keel_stream.store.hooks_queue import HookQueue
-from keel_stream.store.service_heartbeats import PostgresServiceHeartbeats, ServiceKind
-from keel_stream.store.tenant_configs import TenantConfigs
+from keel_stream.store.service_heartbeats import ServiceKind
 from keel_stream.tenancy.document import TenantConfig
 from keel_stream.topics.catalog import EVENTS
 from keel_stream.worker.agent_settings import TenantConfigCache
@@ -109,19 +106,19 @@ class HooksConfig:
 async def run_hooks(config: HooksConfig, stop: asyncio.Event) -> None:
     """Dispatch (with a broker) and send until stop is set. Without a broker only the senders
     run: deliveries come from replays and redeliveries then."""
-    pool = await create_pool(config.database_url, min_size=1, max_size=4 + config.senders)
+    store = await open_store(config.database_url, max_size=4 + config.senders)
     wake = asyncio.Event()
-    hosts = tenant_hosts(TenantConfigCache(TenantConfigs(pool), config.boot_config))
+    hosts = tenant_hosts(TenantConfigCache(store.tenant_configs(), config.boot_config))
     try:
         jobs = [
             Sender(
-                HookQueue(pool), config.policy, config.sender, wake=wake, tenant_hosts=hosts
+                store.hook_queue(), config.policy, config.sender, wake=wake, tenant_hosts=hosts
             ).run(stop)
             for _ in range(config.senders)
         ]
         if config.bootstrap is not None:
             dispatcher = Dispatcher(
-                HookDispatchStore(pool),
+                store.hook_dispatch(),
                 config.bootstrap,
                 EVENTS.full_name(config.topic_prefix),
                 group_name(config.topic_prefix),
@@ -129,7 +126,7 @@ async def run_hooks(config: HooksConfig, stop: asyncio.Event) -> None:
                 wake=wake,
             )
             jobs.append(dispatcher.run(stop))
-        heartbeats = PostgresServiceHeartbeats(pool)
+        heartbeats = store.service_heartbeats()
         async with (
             beating(heartbeats, ServiceKind.HOOKS_SENDER, config.heartbeat_s),
             asyncio.TaskGroup() as group,  # one failing stops the others
@@ -137,4 +134,4 @@ async def run_hooks(config: HooksConfig, stop: asyncio.Event) -> None:
             for job in jobs:
                 group.create_task(job)
     finally:
-        await pool.close()
+        await store.close()

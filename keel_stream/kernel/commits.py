@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from typing import Any, Final
 
 from keel_stream.errors import (
@@ -33,9 +34,12 @@ from keel_stream.kernel.validation import validate_payload
 from keel_stream.kernel.vocabulary import EDGE_KINDS, CommitClass, Kind, KindSpec, spec_for
 
 __all__ = [
+    "ClassGate",
     "PreparedCommit",
+    "SessionState",
     "check_class_gate",
     "check_identifier",
+    "class_gate",
     "prepare",
     "replayed",
     "require_edge_kind",
@@ -144,22 +148,56 @@ def prepare(request: CommitRequest, *, max_event_bytes: int = MAX_EVENT_BYTES) -
     )
 
 
-def check_class_gate(commit: PreparedCommit, *, external: bool, closed: bool) -> bool:
-    """The commit-class gate, decided by the store under the session's lock (seed §2): refuses
-    a native write to an external session and an external event to a native or closed one.
-    True when the commit is owner-scoped on a native session: the store must check its fence."""
-    match commit.spec.commit_class:
-        case CommitClass.EDGE if external:
-            raise ExternalSession(f"session {commit.session_id!r} is owned externally")
-        case CommitClass.EXTERNAL if not external:
-            raise NotExternalSession(f"session {commit.session_id!r} is not external")
-        case CommitClass.EXTERNAL if closed:
-            raise ExternalSessionClosed(f"external session {commit.session_id!r} is closed")
-        case CommitClass.OWNER if external:
-            raise ExternalSession(f"session {commit.session_id!r} has no native owner")
-        case CommitClass.OWNER:
-            return True
-    return False
+class SessionState(StrEnum):
+    """What the commit-class gate reads of a session: who owns its state, and if it is closed."""
+
+    NATIVE = "native"
+    EXTERNAL = "external"
+    EXTERNAL_CLOSED = "external-closed"
+
+    @classmethod
+    def of(cls, *, external: bool, closed: bool) -> SessionState:
+        if not external:
+            return cls.NATIVE
+        return cls.EXTERNAL_CLOSED if closed else cls.EXTERNAL
+
+
+@dataclass(frozen=True, slots=True)
+class ClassGate:
+    """Where a commit class may be written, as the store is told it (one row of the gate)."""
+
+    admits: frozenset[SessionState]
+    fenced: bool
+    """The commit must hold the session's current lease (checked by the store, after the gate)."""
+
+
+_GATE: Final[dict[CommitClass, ClassGate]] = {
+    CommitClass.OWNER: ClassGate(frozenset({SessionState.NATIVE}), fenced=True),
+    CommitClass.EDGE: ClassGate(frozenset({SessionState.NATIVE}), fenced=False),
+    CommitClass.EXTERNAL: ClassGate(frozenset({SessionState.EXTERNAL}), fenced=False),
+}
+
+
+def class_gate(commit_class: CommitClass) -> ClassGate:
+    """The commit-class gate (seed §2): a native write never reaches an external session, an
+    external event never a native or closed one; only owner-scoped commits carry the fence."""
+    return _GATE[commit_class]
+
+
+def check_class_gate(commit: PreparedCommit, state: SessionState) -> bool:
+    """The gate for one commit to a session in `state`, decided by the store under the
+    session's lock: the refusal, or whether the store must check the commit's fence."""
+    gate = class_gate(commit.spec.commit_class)
+    session = commit.session_id
+    if state in gate.admits:
+        return gate.fenced
+    if state is SessionState.NATIVE:
+        raise NotExternalSession(f"session {session!r} is not external")
+    if commit.spec.commit_class is CommitClass.EXTERNAL:
+        raise ExternalSessionClosed(f"external session {session!r} is closed")
+    if gate.fenced:
+        raise ExternalSession(f"session {session!r} has no native owner")
+    raise ExternalSession(f"session {session!r} is owned externally")
 
 
 def replayed(

@@ -42,7 +42,7 @@ from keel_stream.projector.events import (
 )
 from keel_stream.projector.storage import advance, fold_sessions, write_states
 from keel_stream.relay.retry import is_retriable
-from keel_stream.store.projection_parked import ParkedSession, ParkedStore, parked_for
+from keel_stream.store.projection_parked import ParkedSession, ParkedStore
 from keel_stream.store.projection_state import APPLIED, Key, ProjectionTransaction
 
 __all__ = [
@@ -65,6 +65,8 @@ class BatchStore(Protocol):
     """What the applier asks of the store: a transaction per batch (a ProjectionStore is one)."""
 
     def transaction(self) -> AbstractAsyncContextManager[ProjectionTransaction]: ...
+
+    def parked(self) -> ParkedStore: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +129,7 @@ class Applier:
         self._topic = topic
         self._frame_sink = frame_sink
         self._frames_of = frames_of
-        self.parked = parked if parked is not None else parked_for(store)
+        self.parked = parked if parked is not None else store.parked()
         self._log = get_logger("projector")
         self._sink_failure: BaseException | None = None
         """What the frame sink last raised: a failure of the sink, never one of a session."""

@@ -48,8 +48,8 @@ from keel_stream.projector.events import SourceEvent, SourceRecord, Undecodable,
 from keel_stream.projector.metrics import BATCH_LATENCY, AppliedTally, forget_lag, set_lag
 from keel_stream.projector.reconcile import Sweep, find_behind, heal
 from keel_stream.relay.retry import Retrying, RetryPolicy, retrying
-from keel_stream.store.connect import Pool, create_pool
-from keel_stream.store.projection_state import PostgresProjectionStore, ProjectionStore
+from keel_stream.store import Store, open_store
+from keel_stream.store.projection_state import ProjectionStore
 from keel_stream.topics.admin import apply_catalog
 from keel_stream.topics.catalog import EVENTS, SSE
 
@@ -92,7 +92,7 @@ class _Runtime:
         self.sse_topic = SSE.full_name(config.topic_prefix)
         self.lock = asyncio.Lock()
         self.log = get_logger("projector")
-        self._pool: Pool | None = None
+        self._backend: Store | None = None
         self._store: ProjectionStore | None = None
         self._applier: Applier | None = None
         self._producer: AIOKafkaProducer | None = None
@@ -113,8 +113,8 @@ class _Runtime:
     async def store(self) -> ProjectionStore:
         async with self._ready:
             if self._store is None:
-                self._pool = await create_pool(self.config.database_url, min_size=1, max_size=4)
-                self._store = PostgresProjectionStore(self._pool)
+                self._backend = await open_store(self.config.database_url, max_size=4)
+                self._store = self._backend.projections()
             return self._store
 
     async def applier(self) -> Applier:
@@ -207,8 +207,8 @@ class _Runtime:
     async def close(self) -> None:
         if self._producer is not None:
             await self._producer.stop()
-        if self._pool is not None:
-            await self._pool.close()
+        if self._backend is not None:
+            await self._backend.close()
 
     def owns(self, assigned: set[int]) -> Callable[[str, str], bool]:
         def owns_session(tenant: str, session: str) -> bool:

@@ -32,7 +32,7 @@ from keel_stream.logs import get_logger
 from keel_stream.projections.base import Projection
 from keel_stream.projector.applier import Applier, BatchResult, live_generation
 from keel_stream.projector.events import PARKED, PARKED_SESSIONS, describe, isolable
-from keel_stream.store.projection_parked import ParkedSession, parked_for
+from keel_stream.store.projection_parked import ParkedSession
 from keel_stream.store.projection_state import Behind, ProjectionStore
 
 __all__ = ["Sweep", "find_behind", "heal", "reconcile"]
@@ -68,7 +68,7 @@ async def find_behind(
     """Idle sessions some live projection misses events of, with the lowest seq applied
     (parked sessions not yet due for another try left out)."""
     live = await store.live_generations()
-    parked = parked_for(store)
+    parked = store.parked()
     held = await parked.held()
     counts = await parked.counts()
     upto = await store.sweep_end(sweep.after, sweep_page) if sweep is not None else None

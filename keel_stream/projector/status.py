@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from keel_stream.store.projection_parked import ParkedSession, parked_for
+from keel_stream.store.projection_parked import ParkedSession
 from keel_stream.store.projection_state import ProjectionStore
 from keel_stream.topics.admin import high_water_marks
 from keel_stream.topics.catalog import EVENTS
@@ -41,7 +41,7 @@ async def projection_status(
 ) -> list[GenerationStatus]:
     topic = EVENTS.full_name(topic_prefix)
     highs = await high_water_marks(bootstrap, topic) if bootstrap else None
-    parked = await parked_for(store).counts()
+    parked = await store.parked().counts()
     result = []
     for g in await store.generations():
         offsets = await store.offsets(g.projection, g.generation, topic)
@@ -72,7 +72,7 @@ async def parked_sessions(
 ) -> list[ParkedSession]:
     """The parked sessions (all, or one projection's), the longest parked first: where each
     stopped (seq), why (error), how often it was tried and whether another try is due."""
-    return await parked_for(store).listing(projection, limit)
+    return await store.parked().listing(projection, limit)
 
 
 async def unpark(
@@ -84,9 +84,9 @@ async def unpark(
     """Try parked sessions again now (all, or those matching): their entries go, and the
     projector's reconcile applies them from the ledger on its next tick (parking them again if
     they still fail). How many entries went."""
-    return await parked_for(store).unpark(projection, tenant, session)
+    return await store.parked().unpark(projection, tenant, session)
 
 
 async def dead_records(store: ProjectionStore, topic_prefix: str = "") -> int:
     """Records of the source topic the projector passed over because they are not events."""
-    return await parked_for(store).dead_records(EVENTS.full_name(topic_prefix))
+    return await store.parked().dead_records(EVENTS.full_name(topic_prefix))

@@ -52,10 +52,10 @@ from keel_stream.store.outbox import (
     Outbox,
     OutboxRow,
     PipelinedShard,
-    PostgresOutbox,
     Shard,
     ShardConnection,
 )
+from keel_stream.store.postgres_store import relay_outbox
 from keel_stream.topics.catalog import EVENTS
 
 __all__ = ["Relay", "RelayConfig", "delete_acknowledged"]
@@ -120,9 +120,7 @@ class Relay:
     @classmethod
     def from_config(cls, config: RelayConfig) -> Relay:
         """A relay on connections of its own to config.database_url, named after the relay."""
-        outbox = PostgresOutbox.connecting(
-            config.database_url, application_name=f"keel-relay:{config.relay_id}"
-        )
+        outbox = relay_outbox(config.database_url, application_name=f"keel-relay:{config.relay_id}")
         return cls(outbox, config)
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -7,28 +7,30 @@ here, and driver failures leave as keel errors like everywhere else in the store
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Protocol
 
 import asyncpg
 
 from keel_stream.errors import TenantExists
 from keel_stream.store.connect import connect
 from keel_stream.store.driver_errors import translated
-from keel_stream.store.keys import KeyStore
+from keel_stream.store.keys import PostgresKeyStore
 from keel_stream.store.migrate import MigrationReport, migrate
 from keel_stream.store.postgres import PostgresLedger
+from keel_stream.store.projection_reset import reset_offsets
 from keel_stream.store.sqlfiles import query
 
 __all__ = [
+    "Admin",
     "KeyRow",
+    "PostgresAdmin",
     "PruneReport",
-    "ensure_key",
-    "list_keys",
     "migrate_database",
     "migration_summary",
     "ping",
-    "prune",
 ]
 
 
@@ -71,31 +73,53 @@ def migration_summary(report: MigrationReport) -> str:
     return f"schema version {report.version} (applied: {applied})"
 
 
-async def prune(pool: asyncpg.Pool, projection: str | None) -> PruneReport:
-    """Delete the retired generations of one projection (or of all); the live one stays."""
-    async with translated("prune projections"), pool.acquire() as conn, conn.transaction():
-        row = await conn.fetchrow(query("projection_prune"), projection)
-        await conn.execute(query("projection_delete_retired"), projection)
-    if row is None:  # an aggregate always answers one row
-        return PruneReport(generations=0, states=0)
-    return PruneReport(generations=int(row["generations"]), states=int(row["states"]))
+class Admin(Protocol):
+    """The operator's writes and lists that are no repository's: pruning, keys, offsets."""
+
+    async def prune(self, projection: str | None) -> PruneReport:
+        """Delete the retired generations of one projection (or of all); the live one stays."""
+        ...
+
+    async def list_keys(self, tenant: str | None = None, *, revoked: bool = False) -> list[KeyRow]:
+        """The keys of a tenant (or of every tenant), active ones only unless revoked is set."""
+        ...
+
+    async def ensure_key(self, tenant: str, name: str, wanted: str | None) -> str:
+        """The tenant (created if missing) and a key acting for it: wanted if it already does,
+        else a new key (wanted as its secret when given)."""
+        ...
+
+    async def reset_offsets(self, topics: Sequence[str]) -> int:
+        """Forget the stored projection offsets into these topics (keel_stream.store.
+        projection_reset); how many partition offsets were forgotten."""
+        ...
 
 
-async def list_keys(
-    pool: asyncpg.Pool, tenant: str | None = None, *, revoked: bool = False
-) -> list[KeyRow]:
-    """The keys of a tenant (or of every tenant), active ones only unless revoked is set."""
-    async with translated("list keys"):
-        rows = await pool.fetch(query("list_api_keys"), tenant, revoked)
-    return [KeyRow(r["key_id"], r["tenant_id"], r["created_at"], r["revoked_at"]) for r in rows]
+class PostgresAdmin:
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
 
+    async def prune(self, projection: str | None) -> PruneReport:
+        pool = self._pool
+        async with translated("prune projections"), pool.acquire() as conn, conn.transaction():
+            row = await conn.fetchrow(query("projection_prune"), projection)
+            await conn.execute(query("projection_delete_retired"), projection)
+        if row is None:  # an aggregate always answers one row
+            return PruneReport(generations=0, states=0)
+        return PruneReport(generations=int(row["generations"]), states=int(row["states"]))
 
-async def ensure_key(pool: asyncpg.Pool, tenant: str, name: str, wanted: str | None) -> str:
-    """The tenant (created if missing) and a key acting for it: wanted if it already does,
-    else a new key (wanted as its secret when given)."""
-    with contextlib.suppress(TenantExists):
-        await PostgresLedger(pool).create_tenant(tenant, name)
-    keys = KeyStore(pool)
-    if wanted is not None and await keys.tenant_for(wanted) == tenant:
-        return wanted
-    return (await keys.create(tenant, wanted))[1]
+    async def list_keys(self, tenant: str | None = None, *, revoked: bool = False) -> list[KeyRow]:
+        async with translated("list keys"):
+            rows = await self._pool.fetch(query("list_api_keys"), tenant, revoked)
+        return [KeyRow(r["key_id"], r["tenant_id"], r["created_at"], r["revoked_at"]) for r in rows]
+
+    async def ensure_key(self, tenant: str, name: str, wanted: str | None) -> str:
+        with contextlib.suppress(TenantExists):
+            await PostgresLedger(self._pool).create_tenant(tenant, name)
+        keys = PostgresKeyStore(self._pool)
+        if wanted is not None and await keys.tenant_for(wanted) == tenant:
+            return wanted
+        return (await keys.create(tenant, wanted))[1]
+
+    async def reset_offsets(self, topics: Sequence[str]) -> int:
+        return await reset_offsets(self._pool, topics)

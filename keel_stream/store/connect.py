@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, TypeAlias
+from typing import Any
 
 import asyncpg
 import orjson
@@ -12,10 +12,7 @@ import orjson
 from keel_stream.errors import StoreUnavailable
 from keel_stream.store.driver_errors import translated
 
-__all__ = ["Pool", "connect", "create_pool", "init_connection", "pooled"]
-
-Pool: TypeAlias = asyncpg.Pool
-"""A connection pool, as callers outside the store hold it: opaque, passed back to the store."""
+__all__ = ["connect", "create_pool", "init_connection", "pooled"]
 
 
 def _encode_json(value: Any) -> str:

@@ -13,7 +13,7 @@ import asyncpg
 from keel_stream.errors import SessionNotFound
 from keel_stream.kernel import Kind
 from keel_stream.store.driver_errors import translated
-from keel_stream.store.memory import MemoryStore
+from keel_stream.store.memory_ledger import MemoryLedger
 from keel_stream.store.protocol import ExternalStatus, Metering
 from keel_stream.store.sqlfiles import query
 
@@ -100,9 +100,9 @@ class PostgresExternalSessions:
 
 
 class MemoryExternalSessions:
-    """The same over a MemoryStore (unit tests, embedding)."""
+    """The same over a MemoryLedger (unit tests, embedding)."""
 
-    def __init__(self, store: MemoryStore) -> None:
+    def __init__(self, store: MemoryLedger) -> None:
         self._store = store
 
     async def set_status(self, tenant: str, session: str, status: ExternalStatus) -> bool:

@@ -10,7 +10,7 @@ import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import asyncpg
 
@@ -25,6 +25,7 @@ __all__ = [
     "Delivery",
     "HookStore",
     "NewDelivery",
+    "PostgresHookStore",
     "Subscription",
     "subscription_of",
 ]
@@ -138,7 +139,59 @@ def delivery_columns(rows: Sequence[NewDelivery]) -> list[list[Any]]:
     ]
 
 
-class HookStore:
+class HookStore(Protocol):
+    """The tenants' webhook subscriptions and their deliveries, as the API and replay see them."""
+
+    async def create(
+        self,
+        tenant: str,
+        url: str,
+        events: Sequence[str],
+        session_ids: Sequence[str] | None,
+        session_prefix: str | None,
+        secret: str,
+    ) -> Subscription:
+        """A new active subscription; HookLimitReached over the tenant's bound."""
+        ...
+
+    async def list_hooks(self, tenant: str) -> list[Subscription]: ...
+
+    async def get(self, tenant: str, hook_id: str) -> Subscription: ...
+
+    async def delete(self, tenant: str, hook_id: str) -> None: ...
+
+    async def rotate(
+        self, tenant: str, hook_id: str, secret: str, grace_s: float = _ROTATION_GRACE_S
+    ) -> Subscription:
+        """Sign with `secret` from now on, and with the previous one too for grace_s."""
+        ...
+
+    async def deliveries(
+        self, hook_id: str, status: str | None, cursor: int, limit: int
+    ) -> list[Delivery]:
+        """Newest first, after the cursor (the last id of the previous page; 0 for the first)."""
+        ...
+
+    async def delivery(self, hook_id: str, delivery_id: int) -> tuple[Delivery, list[Attempt]]: ...
+
+    async def redeliver(self, hook_id: str, delivery_id: int) -> Delivery: ...
+
+    async def queue_again(self, rows: Sequence[NewDelivery]) -> None:
+        """Write (or reset to pending) the rows of a replay."""
+        ...
+
+    async def sessions(
+        self, tenant: str, after: str, prefix: str | None, limit: int
+    ) -> list[tuple[str, bool]]:
+        """The tenant's sessions after a cursor, by id, each with whether it is native."""
+        ...
+
+    async def ledger_range(self, tenant: str, session: str, after: int, upto: int) -> list[Event]:
+        """The session's committed events with after < seq <= upto, in seq order."""
+        ...
+
+
+class PostgresHookStore:
     """The PostgreSQL repository of subscriptions and deliveries."""
 
     def __init__(self, pool: asyncpg.Pool, *, max_per_tenant: int = 20) -> None:

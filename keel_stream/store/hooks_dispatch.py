@@ -4,9 +4,9 @@ for gaps, the active subscriptions, and the deliveries written with the new fold
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import asyncpg
 import orjson
@@ -17,7 +17,13 @@ from keel_stream.store.hooks import NewDelivery, Subscription, delivery_columns,
 from keel_stream.store.postgres import event_of
 from keel_stream.store.sqlfiles import query
 
-__all__ = ["DispatchTransaction", "HookDispatchStore", "StoredFold"]
+__all__ = [
+    "DispatchTransaction",
+    "HookDispatchStore",
+    "PostgresDispatchTransaction",
+    "PostgresHookDispatchStore",
+    "StoredFold",
+]
 
 Key = tuple[str, str]
 _LEDGER_END: Final = 2**63 - 1
@@ -30,7 +36,23 @@ class StoredFold:
     native: bool
 
 
-class DispatchTransaction:
+class DispatchTransaction(Protocol):
+    """The statements of one dispatch transaction; it commits when its block ends cleanly."""
+
+    async def lock_folds(self, keys: Iterable[Key]) -> dict[Key, StoredFold]: ...
+
+    async def ledger_range(
+        self, tenant: str, session: str, after: int, upto: int = _LEDGER_END
+    ) -> list[Event]: ...
+
+    async def subscriptions(self, tenants: Iterable[str]) -> list[Subscription]: ...
+
+    async def insert_deliveries(self, rows: Sequence[NewDelivery]) -> None: ...
+
+    async def write_folds(self, folds: Mapping[Key, tuple[int, Mapping[str, Any]]]) -> None: ...
+
+
+class PostgresDispatchTransaction:
     """The statements of one dispatch transaction."""
 
     def __init__(self, conn: asyncpg.Connection) -> None:
@@ -73,7 +95,15 @@ class DispatchTransaction:
         )
 
 
-class HookDispatchStore:
+class HookDispatchStore(Protocol):
+    """Where the dispatcher turns committed events into deliveries, one transaction a batch."""
+
+    def transaction(self) -> AbstractAsyncContextManager[DispatchTransaction]:
+        """A transaction that commits when the block ends without an error."""
+        ...
+
+
+class PostgresHookDispatchStore:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
 
@@ -85,4 +115,4 @@ class HookDispatchStore:
             self._pool.acquire() as conn,
             conn.transaction(),
         ):
-            yield DispatchTransaction(conn)
+            yield PostgresDispatchTransaction(conn)

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
 import asyncpg
 
 from keel_stream.store.driver_errors import translated
 from keel_stream.store.sqlfiles import query
 
-__all__ = ["Claimed", "Completion", "HookQueue"]
+__all__ = ["Claimed", "Completion", "HookQueue", "PostgresHookQueue"]
 
 _MAX_ERROR: Final = 500
 
@@ -47,7 +47,24 @@ class Completion:
     """Set when the endpoint must be disabled (it answered 410 Gone)."""
 
 
-class HookQueue:
+class HookQueue(Protocol):
+    """The due deliveries, as the senders claim and complete them under a lease."""
+
+    async def claim(self, limit: int, lease_s: float) -> list[Claimed]:
+        """Up to `limit` due deliveries of active subscriptions, each leased for lease_s."""
+        ...
+
+    async def complete(self, claimed: Claimed, done: Completion) -> bool:
+        """Record the attempt and the row's new state; False when the claim was taken over (a
+        redelivery or a replay reset the row meanwhile): nothing is written then."""
+        ...
+
+    async def backlog(self) -> int:
+        """Deliveries due now to active subscriptions."""
+        ...
+
+
+class PostgresHookQueue:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
 

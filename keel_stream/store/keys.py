@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from typing import Final
+from typing import Final, Protocol
 
 import asyncpg
 
@@ -16,19 +16,43 @@ from keel_stream.kernel.commits import check_identifier
 from keel_stream.store.driver_errors import translated
 from keel_stream.store.sqlfiles import query
 
-_CONSOLE_TOKEN_PREFIX: Final = "kcs_"  # noqa: S105 - the tokens' prefix, not a secret
+CONSOLE_TOKEN_PREFIX: Final = "kcs_"  # noqa: S105 - the tokens' prefix, not a secret
 
-__all__ = ["KeyStore", "hash_key"]
-
-# KeyStore is the PostgreSQL key store; the API and the CLI use it as it is (no second adapter:
-# keys are an operator's concern, not part of the ledger contract).
+__all__ = ["CONSOLE_TOKEN_PREFIX", "KeyStore", "PostgresKeyStore", "hash_key"]
 
 
 def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-class KeyStore:
+class KeyStore(Protocol):
+    """API keys (stored hashed) and the console sessions they open."""
+
+    async def create(self, tenant: str, key: str | None = None) -> tuple[str, str]:
+        """A new key for the tenant: (key_id, key). The key is shown only now."""
+        ...
+
+    async def revoke(self, key_id: str) -> None: ...
+
+    async def tenant_for(self, key: str) -> str | None: ...
+
+    async def principal_for(self, key: str) -> tuple[str, str] | None:
+        """(tenant, key id) of an active key, or None."""
+        ...
+
+    async def open_console_session(self, key: str, lifetime_s: int) -> str | None:
+        """A new console sign-in token for an active key (shown only now), or None."""
+        ...
+
+    async def console_principal(self, token: str) -> tuple[str, str] | None:
+        """(tenant, key id) of a live console sign-in, or None (unknown, expired, signed out,
+        or its key revoked). An API key is not a sign-in token."""
+        ...
+
+    async def close_console_session(self, token: str) -> None: ...
+
+
+class PostgresKeyStore:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
 
@@ -61,7 +85,7 @@ class KeyStore:
 
     async def open_console_session(self, key: str, lifetime_s: int) -> str | None:
         """A new console sign-in token for an active key (shown only now), or None."""
-        token = _CONSOLE_TOKEN_PREFIX + secrets.token_urlsafe(32)
+        token = CONSOLE_TOKEN_PREFIX + secrets.token_urlsafe(32)
         async with translated("open console session"):
             key_id = await self._pool.fetchval(
                 query("console_session_open"), hash_key(key), hash_key(token), float(lifetime_s)
@@ -71,7 +95,7 @@ class KeyStore:
     async def console_principal(self, token: str) -> tuple[str, str] | None:
         """(tenant, key id) of a live console sign-in, or None (unknown, expired, signed out,
         or its key revoked). An API key is not a sign-in token."""
-        if not token.startswith(_CONSOLE_TOKEN_PREFIX):
+        if not token.startswith(CONSOLE_TOKEN_PREFIX):
             return None
         async with translated("authenticate console session"):
             row = await self._pool.fetchrow(query("console_session_principal"), hash_key(token))

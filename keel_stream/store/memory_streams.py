@@ -1,35 +1,28 @@
-"""The projection state and the outbox over a MemoryStore: the stream side, for unit tests.
+"""The projection state over a MemoryLedger: the applier's side, for unit tests.
 
 MemoryProjectionStore keeps projection_state's rules: a transaction commits when its block ends
 without an error, else leaves nothing behind; a state never moves backwards, nor an offset; both
 need their generation; notices reach subscribers at commit, identical ones once. Transactions run
 one at a time (one lock stands in for the row locks): every outcome is one PostgreSQL could give.
-It serves the applier and the read of one state, not the reconcile's scans (sessions_behind*).
-
-MemoryOutbox keeps the outbox's: a commit queues a row (ids follow seq per session); a shard
-fetches its oldest rows in id order; a row leaves only when acknowledged; one connection at a time
-leads a shard, until it ends; a commit wakes the connections listening. A shard is the tenants
-whose hash modulo the count is its index (crc32 here, hashtext in PostgreSQL).
+The reconcile's scans (sessions_behind*, sweep_end) read the ledger's sessions in key order.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
-import zlib
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 import orjson
 
 from keel_stream.errors import StoreError, StoreUnavailable
 from keel_stream.kernel.types import Event
-from keel_stream.store.memory import MemoryStore
-from keel_stream.store.outbox import Backlog, OutboxRow, RepublishReport, Shard, ShardConnection
+from keel_stream.store.memory_ledger import MemoryLedger
+from keel_stream.store.projection_parked import MemoryParked, ParkedStore
 from keel_stream.store.projection_state import (
     Behind,
     Generation,
@@ -39,7 +32,7 @@ from keel_stream.store.projection_state import (
     Subscription,
 )
 
-__all__ = ["SEEDED", "MemoryOutbox", "MemoryProjectionStore", "MemoryProjectionTransaction"]
+__all__ = ["SEEDED", "MemoryProjectionStore", "MemoryProjectionTransaction"]
 
 SEEDED: Final = ("transcript", "run_status", "sse")
 """The projections the migrations make live at generation 1."""
@@ -48,7 +41,7 @@ _LIVE: Final = "live"
 
 
 def _ledger_range(
-    ledger: MemoryStore, tenant: str, session: str, after: int, upto: int
+    ledger: MemoryLedger, tenant: str, session: str, after: int, upto: int
 ) -> list[Event]:
     found = ledger.find(tenant, session)
     return [] if found is None else found.events[max(after, 0) : max(upto, 0)]  # seq is dense
@@ -94,7 +87,7 @@ class MemoryProjectionTransaction:
 
     A statement that fails aborts the transaction: later statements fail, and it rolls back."""
 
-    def __init__(self, ledger: MemoryStore, tables: _Tables) -> None:
+    def __init__(self, ledger: MemoryLedger, tables: _Tables) -> None:
         self._ledger = ledger
         self._tables: _Tables | None = tables
         self._aborted = False
@@ -205,16 +198,20 @@ class _Subscription:
 
 
 class MemoryProjectionStore:
-    """The applier's side of ProjectionStore (and LedgerReader) over a MemoryStore's ledger:
+    """The applier's side of ProjectionStore (and LedgerReader) over a MemoryLedger's ledger:
     transactions, generations, offsets, the read of one state and notifications."""
 
-    def __init__(self, ledger: MemoryStore, live: Iterable[str] = SEEDED) -> None:
+    def __init__(self, ledger: MemoryLedger, live: Iterable[str] = SEEDED) -> None:
         """`live`: the projections that have a live generation 1, as migrated."""
         self._ledger = ledger
         now = datetime.now(UTC)
         self._tables = _Tables({(p, 1): _Generation(_LIVE, now) for p in live}, {}, {})
         self._lock = asyncio.Lock()
         self._subscribers: list[Callable[[str], None]] = []
+        self._parked = MemoryParked()
+
+    def parked(self) -> ParkedStore:
+        return self._parked
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[ProjectionTransaction]:
@@ -260,6 +257,47 @@ class MemoryProjectionStore:
             for (p, g), row in sorted(self._tables.generations.items())
         ]
 
+    def _behind(self, projection: str, generation: int, keys: Iterable[Key]) -> list[Behind]:
+        """The sessions among `keys` the generation has applied short of their head."""
+        found = []
+        for key in keys:
+            head = len(self._ledger.session(*key).events)
+            applied = self._tables.applied(projection, generation, key)
+            if head > applied:
+                found.append(Behind(key[0], key[1], applied, head))
+        return found
+
+    def _idle(self, behind: list[Behind], idle_s: float, limit: int) -> list[Behind]:
+        """Those whose last event is older than `idle_s`, at most `limit`."""
+        before = datetime.now(UTC) - timedelta(seconds=idle_s)
+        events = self._ledger.session
+        idle = [b for b in behind if events(b.tenant, b.session).events[-1].committed_at < before]
+        return idle[:limit]
+
+    async def sessions_behind_ledger(self, projection: str, generation: int) -> int:
+        return len(self._behind(projection, generation, self._ledger.session_keys()))
+
+    async def sessions_behind(
+        self, projection: str, generation: int, *, idle_s: float, limit: int, within_s: float
+    ) -> list[Behind]:
+        since = datetime.now(UTC) - timedelta(seconds=within_s)
+        behind = self._behind(projection, generation, self._ledger.session_keys())
+        recent = [
+            b for b in behind if self._ledger.session(b.tenant, b.session).events[-1].committed_at
+            >= since
+        ]  # fmt: skip
+        return self._idle(recent, idle_s, limit)
+
+    async def sessions_behind_range(
+        self, projection: str, generation: int, *, idle_s: float, limit: int, after: Key, upto: Key
+    ) -> list[Behind]:
+        keys = [k for k in self._ledger.session_keys() if after < k <= upto]
+        return self._idle(self._behind(projection, generation, keys), idle_s, limit)
+
+    async def sweep_end(self, after: Key, page: int) -> Key | None:
+        keys = [k for k in self._ledger.session_keys() if k > after][:page]
+        return keys[-1] if keys else None
+
     async def read_state(self, projection: str, tenant: str, session: str) -> StoredState | None:
         generation = self._tables.live().get(projection)
         state = self._tables.states.get((projection, generation or 0, tenant, session))
@@ -267,133 +305,3 @@ class MemoryProjectionStore:
 
     def notifications(self, on_notify: Callable[[str], None]) -> Subscription:
         return _Subscription(self._subscribers, on_notify)
-
-
-def _in_shard(tenant: str, shard: Shard) -> bool:
-    """Whether the tenant's events are the shard's: a hash of the tenant id modulo the count."""
-    return shard.count == 1 or zlib.crc32(tenant.encode()) % shard.count == shard.index
-
-
-@dataclass(frozen=True, slots=True)
-class _Queued:
-    event: Event
-    queued_at: float
-    """The ledger's clock when the row was queued (created_at)."""
-
-
-class _MemoryShard:
-    """Implements ShardConnection: one connection to the outbox, for one shard."""
-
-    def __init__(self, outbox: MemoryOutbox, shard: Shard) -> None:
-        self.shard = shard
-        self.ended = False
-        self._outbox = outbox
-        self._wake_ups: list[asyncio.Event] = []
-
-    def _open(self) -> MemoryOutbox:
-        if self.ended:
-            raise StoreUnavailable(f"relay shard {self.shard.index}: the connection has ended")
-        return self._outbox
-
-    def woken(self) -> None:
-        for wake in self._wake_ups:
-            wake.set()
-
-    async def try_lead(self) -> bool:
-        return self._open().lead(self)
-
-    async def fetch(self, limit: int) -> list[OutboxRow]:
-        return self._open().batch(self.shard, limit)
-
-    async def acknowledge(self, ids: Sequence[int]) -> None:
-        self._open().delete(ids)
-
-    async def backlog(self) -> Backlog:
-        return self._open().backlog(self.shard)
-
-    async def commit_wake_ups(self) -> asyncio.Event:
-        self._open()
-        wake = asyncio.Event()
-        self._wake_ups.append(wake)
-        return wake
-
-
-class MemoryOutbox:
-    """Implements Outbox over a MemoryStore: every commit from now on queues a row; what the
-    store holds already is queued at once, session by session (as a republish would)."""
-
-    def __init__(self, ledger: MemoryStore) -> None:
-        self._ledger = ledger
-        self._rows: dict[int, _Queued] = {}  # in id order: ids only grow
-        self._queued: set[tuple[str, str, int]] = set()
-        self._ids = itertools.count(1)
-        self._leaders: dict[int, _MemoryShard] = {}
-        self._connections: list[_MemoryShard] = []
-        for tenant, session in ledger.session_keys():
-            self._enqueue(tenant, session, after_seq=0)
-        ledger.commit_listeners.append(self._committed)
-
-    def _queue(self, event: Event) -> bool:
-        """Queue one event; False if it waits already (the unique key)."""
-        if (*event.key, event.seq) in self._queued:
-            return False
-        self._queued.add((*event.key, event.seq))
-        self._rows[next(self._ids)] = _Queued(event, self._ledger.now())
-        return True
-
-    def _enqueue(self, tenant: str, session: str, after_seq: int) -> int:
-        events = self._ledger.session(tenant, session).events[max(after_seq, 0) :]
-        return sum(self._queue(e) for e in events)
-
-    def _committed(self, event: Event) -> None:
-        self._queue(event)
-        for connection in self._connections:
-            connection.woken()  # NOTIFY keel_commits
-
-    def lead(self, connection: _MemoryShard) -> bool:
-        holder = self._leaders.setdefault(connection.shard.index, connection)
-        return holder is connection
-
-    def batch(self, shard: Shard, limit: int) -> list[OutboxRow]:
-        rows: list[OutboxRow] = []
-        for row_id, queued in self._rows.items():
-            if len(rows) >= limit:
-                break
-            e = queued.event
-            if _in_shard(e.tenant, shard):
-                rows.append(
-                    OutboxRow(row_id, *e.key, e.seq, e.kind, e.payload, e.committed_at, e.metadata)
-                )
-        return rows
-
-    def delete(self, ids: Iterable[int]) -> None:
-        for row_id in ids:
-            queued = self._rows.pop(row_id, None)
-            if queued is not None:
-                self._queued.discard((*queued.event.key, queued.event.seq))
-
-    def backlog(self, shard: Shard) -> Backlog:
-        now = self._ledger.now()
-        ages = [now - q.queued_at for q in self._rows.values() if _in_shard(q.event.tenant, shard)]
-        return Backlog(events=len(ages), oldest_s=max(ages, default=0.0))
-
-    @asynccontextmanager
-    async def shard(self, shard: Shard) -> AsyncIterator[ShardConnection]:
-        connection = _MemoryShard(self, shard)
-        self._connections.append(connection)
-        try:
-            yield connection
-        finally:
-            # The connection ends: its lock and its LISTEN go with it.
-            connection.ended = True
-            self._connections.remove(connection)
-            if self._leaders.get(shard.index) is connection:
-                del self._leaders[shard.index]
-
-    async def republish(
-        self, *, tenant: str | None = None, session: str | None = None, after_seq: int = 0
-    ) -> RepublishReport:
-        keys = self._ledger.session_keys()
-        targets = [(t, s) for t, s in keys if tenant in (None, t) and session in (None, s)]
-        events = sum(self._enqueue(t, s, after_seq) for t, s in targets)
-        return RepublishReport(sessions=len(targets), events=events)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
+from typing import Protocol
 
 import asyncpg
 
@@ -15,10 +16,18 @@ from keel_stream.errors import KeelError
 from keel_stream.logs import get_logger
 from keel_stream.store.driver_errors import translated
 
-__all__ = ["Listener"]
+__all__ = ["Listener", "PostgresListener"]
 
 
-class Listener:
+class Listener(Protocol):
+    """A LISTEN on one channel: start, and stop."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+class PostgresListener:
     """Calls `on_payload(payload)` for every NOTIFY on `channel`."""
 
     def __init__(self, pool: asyncpg.Pool, channel: str, on_payload: Callable[[str], None]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Final
+from typing import Final, Protocol
 
 import asyncpg
 
@@ -13,7 +13,7 @@ from keel_stream.store.driver_errors import translated
 from keel_stream.store.outbox import Backlog
 from keel_stream.store.sqlfiles import query
 
-__all__ = ["LeaseRow", "OpsReader", "WorkerRow"]
+__all__ = ["LeaseRow", "OpsReader", "PostgresOpsReader", "WorkerRow"]
 
 ROWS_SHOWN: Final = 100
 
@@ -35,7 +35,19 @@ class WorkerRow:
     heartbeat_at: datetime | None
 
 
-class OpsReader:
+class OpsReader(Protocol):
+    """The operator's reads: the outbox backlog, run leases, workers."""
+
+    async def backlog(self) -> Backlog:
+        """The whole outbox (every shard): events not yet published and the oldest's age."""
+        ...
+
+    async def leases(self, tenant: str) -> list[LeaseRow]: ...
+
+    async def workers(self) -> list[WorkerRow]: ...
+
+
+class PostgresOpsReader:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
 

@@ -128,7 +128,11 @@ class Outbox(Protocol):
     async def republish(
         self, *, tenant: str | None = None, session: str | None = None, after_seq: int = 0
     ) -> RepublishReport:
-        """Enqueue the ledger's events (all, a tenant's, or one session's) with seq > after_seq."""
+        """Enqueue the ledger's events (all, a tenant's, or one session's) with seq > after_seq:
+        re-seeding keel.events.v1 for a broker that lost data. Session by session, under each
+        session's row lock, so their outbox ids follow seq; the relay publishes them as usual,
+        and consumers de-duplicate by (tenant, session, seq), so republishing what the topic
+        still holds is harmless."""
         ...
 
 

@@ -1,5 +1,5 @@
-"""The PostgreSQL ledger: the commit (one round trip to keel_commit, migration 0031) and the
-reads."""
+"""The PostgreSQL ledger: the commit (one round trip to keel_commit, migrations 0031 and 0053)
+and the reads."""
 
 from __future__ import annotations
 
@@ -28,8 +28,10 @@ from keel_stream.errors import (
 )
 from keel_stream.kernel.commits import (
     PreparedCommit,
+    SessionState,
     check_class_gate,
     check_identifier,
+    class_gate,
     prepare,
     replayed,
 )
@@ -47,7 +49,7 @@ __all__ = ["MAX_READ_LIMIT", "PostgresLedger", "event_of"]
 _EXTERNAL: Final = StateOwner.EXTERNAL.value
 _log = get_logger("store.commit")
 _REFUSED: Final = "KL001"
-"""keel_commit's SQLSTATE for a refused commit (migration 0031); the whole call rolled back."""
+"""keel_commit's SQLSTATE for a refused commit (migrations 0031, 0053): the call rolled back."""
 
 
 _GROUP_MAX: Final = 32
@@ -77,7 +79,8 @@ def _arguments(commits: list[PreparedCommit], *, atomic: bool) -> tuple[object, 
         [commit.tenant_id for commit in commits],
         [commit.session_id for commit in commits],
         [commit.kind.value for commit in commits],
-        [commit.spec.commit_class.value for commit in commits],
+        [_admitted(commit) for commit in commits],
+        [class_gate(commit.spec.commit_class).fenced for commit in commits],
         [commit.payload for commit in commits],
         [commit.dedupe_key for commit in commits],
         [commit.digest for commit in commits],
@@ -85,6 +88,11 @@ def _arguments(commits: list[PreparedCommit], *, atomic: bool) -> tuple[object, 
         [lease.epoch if lease is not None else None for lease in leases],
         [commit.key if commit.kind is Kind.TOOL_RESULT else None for commit in commits],
     )
+
+
+def _admitted(commit: PreparedCommit) -> str:
+    """The session states the commit's class admits, as keel_commit reads them."""
+    return " ".join(sorted(class_gate(commit.spec.commit_class).admits))
 
 
 def _refusal(commit: PreparedCommit, reason: str, detail: dict[str, Any]) -> KeelError:
@@ -106,7 +114,7 @@ def _refusal(commit: PreparedCommit, reason: str, detail: dict[str, Any]) -> Kee
             )
         case "class_gate":
             try:
-                check_class_gate(commit, external=detail["external"], closed=detail["closed"])
+                check_class_gate(commit, SessionState(detail["state"]))
             except KeelError as refused:
                 return refused
         case "idempotency_conflict":
@@ -307,7 +315,7 @@ class PostgresLedger:
     async def _call(
         self, conn: asyncpg.Connection, commits: list[PreparedCommit], *, atomic: bool
     ) -> list[Submission | KeelError]:
-        """keel_commit (migration 0031) in one round trip, then the created events' wake-ups
+        """keel_commit (migrations 0031, 0053) in one round trip, then the created events' wake-ups
         on the same connection. Atomic: any refusal raises and nothing is written."""
         async with translated("commit"):
             try:

@@ -6,9 +6,8 @@ partition go on, and the session is tried again once its entry is due (30 s afte
 failure, doubling up to an hour) or as soon as the entry is deleted (`unpark`). A dead record is
 a source record that did not decode as an event at all.
 
-The projector reaches this store through `parked_for(store)`: the PostgreSQL tables on the pool
-of a PostgresProjectionStore, else an in-memory stand-in kept per store (the memory stores of the
-unit tests).
+The projector reaches this store through its projection store's `parked()`: the PostgreSQL
+tables on the same pool, or the memory projection store's own stand-in.
 """
 
 from __future__ import annotations
@@ -18,23 +17,24 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Final, Protocol
-from weakref import WeakKeyDictionary
 
 import asyncpg
 
 from keel_stream.errors import StoreError
 from keel_stream.store.driver_errors import translated
-from keel_stream.store.projection_state import Key, PostgresProjectionStore
 from keel_stream.store.sqlfiles import query
 
 __all__ = [
+    "Key",
     "MemoryParked",
     "ParkedSession",
     "ParkedStore",
     "PostgresParked",
-    "parked_for",
     "refused_by_store",
 ]
+
+Key = tuple[str, str]
+"""(tenant, session)."""
 
 _REFUSALS: Final = ("22", "54")  # data exception, program limit exceeded
 _FIRST_RETRY_S: Final = 30.0
@@ -285,14 +285,3 @@ class MemoryParked:
 
     async def dead_records(self, topic: str) -> int:
         return sum(1 for t, _, _ in self._dead if t == topic)
-
-
-_MEMORY: WeakKeyDictionary[object, MemoryParked] = WeakKeyDictionary()
-
-
-def parked_for(store: object) -> ParkedStore:
-    """The parked sessions that go with a projection store."""
-    if isinstance(store, PostgresProjectionStore):
-        # The same pool as the store's (no public accessor: the store keeps it to itself).
-        return PostgresParked(store._pool)
-    return _MEMORY.setdefault(store, MemoryParked())

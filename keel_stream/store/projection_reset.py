@@ -11,14 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from keel_stream.store.connect import Pool
+import asyncpg
+
 from keel_stream.store.driver_errors import translated
 from keel_stream.store.sqlfiles import query
 
 __all__ = ["reset_offsets"]
 
 
-async def reset_offsets(pool: Pool, topics: Sequence[str]) -> int:
+async def reset_offsets(pool: asyncpg.Pool, topics: Sequence[str]) -> int:
     """Delete the stored offsets of these topics for every projection and generation; return
     how many partition offsets were forgotten. Run it while no processor of them runs."""
     async with translated("reset projection offsets"):

@@ -19,7 +19,8 @@ import asyncpg
 
 from keel_stream.kernel.types import Event
 from keel_stream.store.driver_errors import translated
-from keel_stream.store.notifications import Listener
+from keel_stream.store.notifications import PostgresListener
+from keel_stream.store.projection_parked import Key, ParkedStore, PostgresParked
 from keel_stream.store.projection_rows import TRANSCRIPT, TranscriptRowStatements, read_transcripts
 from keel_stream.store.sqlfiles import query
 
@@ -36,9 +37,6 @@ __all__ = [
     "StoredState",
     "Subscription",
 ]
-
-Key = tuple[str, str]
-"""(tenant, session)"""
 
 PROJECTIONS_CHANNEL: Final = "keel_projections"
 APPLIED: Final = "applied"
@@ -176,6 +174,10 @@ class ProjectionStore(LedgerReader, Protocol):
         """Calls on_notify(APPLIED or SWITCHED) for every change of the models, once started."""
         ...
 
+    def parked(self) -> ParkedStore:
+        """The sessions parked and the records dead beside these states (the same store)."""
+        ...
+
 
 def _behind(rows: Sequence[asyncpg.Record], target: str) -> list[Behind]:
     return [Behind(r["tenant_id"], r["session_id"], r["applied"], r[target]) for r in rows]
@@ -284,6 +286,10 @@ class PostgresProjectionStore(_Statements):
     def __init__(self, pool: asyncpg.Pool) -> None:
         super().__init__(pool)
         self._pool = pool
+        self._parked = PostgresParked(pool)
+
+    def parked(self) -> ParkedStore:
+        return self._parked
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[ProjectionTransaction]:
@@ -378,4 +384,4 @@ class PostgresProjectionStore(_Statements):
         return None if row is None else StoredState(int(row["last_seq"]), row["state"])
 
     def notifications(self, on_notify: Callable[[str], None]) -> Subscription:
-        return Listener(self._pool, PROJECTIONS_CHANNEL, on_notify)
+        return PostgresListener(self._pool, PROJECTIONS_CHANNEL, on_notify)

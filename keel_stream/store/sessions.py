@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import asyncpg
 
 from keel_stream.store.driver_errors import translated
 from keel_stream.store.sqlfiles import query
 
-__all__ = ["PostgresSessions", "RunRecord", "SessionRecord"]
+__all__ = ["PostgresSessions", "RunRecord", "SessionRecord", "Sessions"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +67,38 @@ def _session(row: asyncpg.Record) -> SessionRecord:
         subagent_depth=fields.get("subagent_depth"),
         root_session=fields.get("root_session"),
     )
+
+
+class Sessions(Protocol):
+    """Sessions and their run rows, as the API lists and reads them."""
+
+    async def get(self, tenant: str, session_id: str) -> SessionRecord | None:
+        """The session with its run row; None when the tenant has no such session."""
+        ...
+
+    async def page(
+        self,
+        tenant: str,
+        cursor: str | None,
+        limit: int,
+        *,
+        run_status: str | None = None,
+        state_owner: str | None = None,
+    ) -> list[SessionRecord]:
+        """Up to `limit` sessions of the tenant after `cursor`, in the list's order; only those
+        whose run has `run_status` ('none': no run) and of `state_owner`, when given."""
+        ...
+
+    async def run_of(self, tenant: str, session_id: str) -> RunRecord | None: ...
+
+    async def queue_run(self, tenant: str, session_id: str) -> str | None:
+        """Make the session owe a run (pending; a run that ended gets a fresh budget); the run's
+        status, or None for an external session (never queued)."""
+        ...
+
+    async def schema_version(self) -> int | None:
+        """The highest applied migration; None before the first."""
+        ...
 
 
 class PostgresSessions:

@@ -13,7 +13,7 @@ import asyncpg
 from keel_stream.store.driver_errors import translated
 from keel_stream.store.sqlfiles import query
 
-__all__ = ["ChildRow", "Link", "MemorySubagents", "PostgresSubagents", "Subagents"]
+__all__ = ["ChildRow", "Link", "MemorySubagents", "PostgresSubagents", "SubagentTree", "Subagents"]
 
 TREE_LOCK_CLASS: Final = 0x6B737562  # "ksub": serialises the links of one tree
 
@@ -41,6 +41,25 @@ class Subagents(Protocol):
     async def link(self, tenant: str, child: str, link: Link, budget: int) -> bool:
         """Record the child's link if its tree holds fewer than `budget` subagents; whether the
         child is linked (now, or by an earlier write, which a second one leaves as it is)."""
+        ...
+
+
+class SubagentTree(Subagents, Protocol):
+    """The links as the API reads them: a child's link, a parent's children, a whole tree."""
+
+    async def link_of(self, tenant: str, child: str) -> Link | None: ...
+
+    async def children(
+        self, tenant: str, parent: str, cursor: str | None, limit: int
+    ) -> list[ChildRow]: ...
+
+    async def tree(self, tenant: str, session: str, limit: int) -> list[str]:
+        """The session and the sessions below it, the nearest first."""
+        ...
+
+    async def cancel_tree(self, tenant: str, session: str) -> tuple[int, int]:
+        """Mark the session's and its descendants' pending or running runs cancelled; (marked,
+        running ones told at once)."""
         ...
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Protocol
 
 import asyncpg
 
@@ -18,7 +19,7 @@ from keel_stream.store.driver_errors import translated
 from keel_stream.store.sqlfiles import query
 from keel_stream.tenancy.document import TenantConfig, parse_config
 
-__all__ = ["StoredConfig", "TenantConfigs"]
+__all__ = ["PostgresTenantConfigs", "StoredConfig", "TenantConfigs"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +31,20 @@ class StoredConfig:
     created_at: datetime
 
 
-class TenantConfigs:
+class TenantConfigs(Protocol):
+    """The tenants' configuration documents, versioned: each put is a new version."""
+
+    async def put(self, tenant: str, document: TenantConfig | Mapping[str, object]) -> int:
+        """Store a new version of the tenant's document; its version number (1, 2, ...).
+        InvalidConfig before anything is stored; TenantNotFound for an unknown tenant."""
+        ...
+
+    async def latest(self, tenant: str) -> StoredConfig | None:
+        """The newest version of the tenant's document, or None before the first `put`."""
+        ...
+
+
+class PostgresTenantConfigs:
     """The PostgreSQL repository of tenant configuration documents."""
 
     def __init__(self, pool: asyncpg.Pool) -> None:

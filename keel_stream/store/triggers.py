@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import asyncpg
 
@@ -17,7 +17,15 @@ from keel_stream.errors import TenantNotFound, TriggerLimitReached, TriggerNotFo
 from keel_stream.store.driver_errors import translated
 from keel_stream.store.sqlfiles import query
 
-__all__ = ["FiringRow", "NewTrigger", "TriggerRow", "TriggerStore", "firing_of", "trigger_of"]
+__all__ = [
+    "FiringRow",
+    "NewTrigger",
+    "PostgresTriggerStore",
+    "TriggerRow",
+    "TriggerStore",
+    "firing_of",
+    "trigger_of",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +115,44 @@ class NewTrigger:
     next_fire_at: datetime | None
 
 
-class TriggerStore:
+class TriggerStore(Protocol):
+    """The tenants' triggers and their firings, as the API sees them."""
+
+    async def create(self, new: NewTrigger) -> TriggerRow:
+        """A new active trigger; TriggerLimitReached over the tenant's bound."""
+        ...
+
+    async def get(self, tenant: str, trigger_id: str) -> TriggerRow: ...
+
+    async def get_any(self, trigger_id: str) -> TriggerRow:
+        """A trigger of any tenant (an inbound webhook carries no API key)."""
+        ...
+
+    async def list_triggers(self, tenant: str, after: str, limit: int) -> list[TriggerRow]: ...
+
+    async def delete(self, tenant: str, trigger_id: str) -> None: ...
+
+    async def set_state(
+        self,
+        tenant: str,
+        trigger_id: str,
+        state: str,
+        next_nominal_at: datetime | None,
+        next_fire_at: datetime | None,
+    ) -> TriggerRow | None:
+        """Pause or resume; None when the trigger is completed (it stays so)."""
+        ...
+
+    async def firings(self, trigger_id: str, cursor: int, limit: int) -> list[FiringRow]:
+        """Newest first, before the cursor (the last id of the previous page; 0: the first)."""
+        ...
+
+    async def firing(self, trigger_id: str, key: str) -> FiringRow | None:
+        """The firing recorded for a key (a nominal time or a webhook's delivery id)."""
+        ...
+
+
+class PostgresTriggerStore:
     """The PostgreSQL repository of triggers and their firings."""
 
     def __init__(self, pool: asyncpg.Pool, *, max_per_tenant: int = 100) -> None:

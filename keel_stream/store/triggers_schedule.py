@@ -5,10 +5,10 @@ outcomes recorded once with their trigger.after rows."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import asyncpg
 
@@ -17,7 +17,14 @@ from keel_stream.store.hooks import NewDelivery, Subscription, delivery_columns,
 from keel_stream.store.sqlfiles import query
 from keel_stream.store.triggers import FiringRow, TriggerRow, firing_of, trigger_of
 
-__all__ = ["NewFiring", "Outcome", "PlanTransaction", "TriggerScheduleStore"]
+__all__ = [
+    "NewFiring",
+    "Outcome",
+    "PlanTransaction",
+    "PostgresPlanTransaction",
+    "PostgresTriggerScheduleStore",
+    "TriggerScheduleStore",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +52,38 @@ class Outcome:
     error: str | None = None
 
 
-class PlanTransaction:
+class PlanTransaction(Protocol):
+    """The statements of one planning transaction (the trigger row locked)."""
+
+    trigger: TriggerRow | None
+    """None when the lease lapsed (or the trigger is gone): plan nothing."""
+    now: datetime
+
+    async def run_status(self, tenant: str, session: str) -> str | None: ...
+
+    async def has_buffered(self, trigger_id: str) -> bool: ...
+
+    async def insert_firing(self, new: NewFiring) -> FiringRow | None:
+        """The recorded firing, or None when its key was recorded before."""
+        ...
+
+    async def firing_by_key(self, trigger_id: str, key: str) -> FiringRow | None: ...
+
+    async def advance(
+        self,
+        trigger_id: str,
+        next_nominal_at: datetime | None,
+        next_fire_at: datetime | None,
+        fires: int,
+        state: str,
+    ) -> None: ...
+
+    async def subscriptions(self, tenant: str) -> list[Subscription]: ...
+
+    async def insert_deliveries(self, rows: Sequence[NewDelivery]) -> None: ...
+
+
+class PostgresPlanTransaction:
     """The statements of one planning transaction (the trigger row locked)."""
 
     def __init__(self, conn: asyncpg.Connection, trigger: TriggerRow | None, now: datetime) -> None:
@@ -106,7 +144,39 @@ class PlanTransaction:
             await self._conn.execute(query("hook_insert_deliveries"), *delivery_columns(rows))
 
 
-class TriggerScheduleStore:
+class TriggerScheduleStore(Protocol):
+    """The scheduler's side of the triggers: due claims, plans and firing outcomes."""
+
+    async def claim(self, token: str, lease_s: float, limit: int) -> list[str]:
+        """Up to `limit` triggers with work due, leased to `token` for lease_s."""
+        ...
+
+    async def release(self, trigger_id: str, token: str) -> None: ...
+
+    def plan(
+        self, trigger_id: str, token: str | None
+    ) -> AbstractAsyncContextManager[PlanTransaction]:
+        """A transaction holding the trigger row: under the lease `token`, or (None) locked
+        as an inbound webhook locks it. Commits when the block ends without an error."""
+        ...
+
+    async def open_firings(self, trigger_id: str) -> list[FiringRow]: ...
+
+    async def run_status(self, tenant: str, session: str) -> str | None: ...
+
+    async def request_cancel(self, tenant: str, session: str) -> bool:
+        """The API's cancel (keel_stream.store.runs): False when no attempt is running."""
+        ...
+
+    def finish(
+        self, firing_id: int, outcome: Outcome
+    ) -> AbstractAsyncContextManager[tuple[PlanTransaction, FiringRow | None]]:
+        """Record the outcome (first writer wins: None when it was recorded already) in a
+        transaction the block adds its trigger.after rows to."""
+        ...
+
+
+class PostgresTriggerScheduleStore:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
 
@@ -134,7 +204,7 @@ class TriggerScheduleStore:
             else:
                 row = await conn.fetchrow(query("trigger_lock_leased"), trigger_id, token)
             now = await conn.fetchval(query("trigger_now")) if row is None else row["now"]
-            yield PlanTransaction(conn, None if row is None else trigger_of(row), now)
+            yield PostgresPlanTransaction(conn, None if row is None else trigger_of(row), now)
 
     async def open_firings(self, trigger_id: str) -> list[FiringRow]:
         async with translated("read open firings"):
@@ -167,4 +237,4 @@ class TriggerScheduleStore:
                 outcome.error,
             )
             now = await conn.fetchval(query("trigger_now"))
-            yield PlanTransaction(conn, None, now), None if row is None else firing_of(row)
+            yield PostgresPlanTransaction(conn, None, now), None if row is None else firing_of(row)

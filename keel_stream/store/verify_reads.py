@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import asyncpg
 
@@ -15,7 +15,15 @@ from keel_stream.store.projection_rows import TRANSCRIPT, read_transcripts
 from keel_stream.store.projection_state import StoredState
 from keel_stream.store.sqlfiles import query
 
-__all__ = ["LEDGER_END", "Key", "LedgerEvent", "Scope", "Snapshot", "VerifyReads"]
+__all__ = [
+    "LEDGER_END",
+    "Key",
+    "LedgerEvent",
+    "PostgresVerifyReads",
+    "Scope",
+    "Snapshot",
+    "VerifyReads",
+]
 
 Key = tuple[str, str]
 """(tenant, session)"""
@@ -70,7 +78,40 @@ def _events(rows: Sequence[asyncpg.Record]) -> list[LedgerEvent]:
     ]
 
 
-class VerifyReads:
+class VerifyReads(Protocol):
+    """What verify reads of the ledger and the live projection states."""
+
+    async def tenant_exists(self, tenant: str) -> bool: ...
+
+    async def snapshot(self, scope: Scope) -> Snapshot:
+        """The heads and the outbox mark in one repeatable-read snapshot, so every event at or
+        below a head has its outbox row (if it still has one) at or below the mark."""
+        ...
+
+    async def pending_count(self, scope: Scope, mark: int) -> int:
+        """Outbox rows at or below the mark still waiting for the relay."""
+        ...
+
+    async def pending(self, scope: Scope, mark: int) -> dict[Key, set[int]]:
+        """Per session, the seqs whose outbox rows (at or below the mark) are still waiting."""
+        ...
+
+    async def events_between(self, after: Key, upto: Key) -> list[LedgerEvent]:
+        """The events of the sessions with after < key <= upto, in key and seq order."""
+        ...
+
+    async def ledger_range(
+        self, tenant: str, session: str, after: int, upto: int = LEDGER_END
+    ) -> list[LedgerEvent]:
+        """One session's events with after < seq <= upto, in seq order."""
+        ...
+
+    async def live_states(self, keys: Sequence[Key]) -> dict[tuple[str, Key], StoredState]:
+        """The live read model of every projection for these sessions, by (projection, key)."""
+        ...
+
+
+class PostgresVerifyReads:
     """The reads of a verification, on an asyncpg pool (read-only: nothing is ever written)."""
 
     def __init__(self, pool: asyncpg.Pool) -> None:

@@ -9,15 +9,12 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from keel_stream.store.connect import create_pool
-from keel_stream.store.deadlines import Deadlines, MemoryDeadlines, PostgresDeadlines
+from keel_stream.store.deadlines import Deadlines, MemoryDeadlines
 from keel_stream.store.memory import MemoryStore
-from keel_stream.store.notifications import Listener
-from keel_stream.store.postgres import PostgresLedger
+from keel_stream.store.postgres_store import open_store
 from keel_stream.store.protocol import Ledger, Runs
-from keel_stream.store.runs import PostgresRuns
-from keel_stream.store.subagents import MemorySubagents, PostgresSubagents, Subagents
-from keel_stream.store.tenant_configs import StoredConfig, TenantConfigs
+from keel_stream.store.subagents import MemorySubagents, Subagents
+from keel_stream.store.tenant_configs import StoredConfig
 
 __all__ = ["TenantConfigReader", "WorkerStore", "memory_worker_store", "postgres_worker_store"]
 
@@ -53,7 +50,7 @@ async def postgres_worker_store(
     on_commit: OnCommit,
     on_cancel: OnCancel,
 ) -> AsyncIterator[WorkerStore]:
-    pool = await create_pool(database_url, min_size=1, max_size=pool_size)
+    store = await open_store(database_url, max_size=pool_size)
 
     def cancelled(payload: str) -> None:
         tenant, _, session = payload.partition("/")
@@ -61,23 +58,23 @@ async def postgres_worker_store(
 
     # The same LISTEN door as the API's: a lost connection is listened again with backoff.
     listeners = [
-        Listener(pool, "keel_commits", lambda _payload: on_commit()),
-        Listener(pool, "keel_cancels", cancelled),
+        store.listener("keel_commits", lambda _payload: on_commit()),
+        store.listener("keel_cancels", cancelled),
     ]
     try:
         for listener in listeners:
             await listener.start()
         yield WorkerStore(
-            PostgresLedger(pool),
-            PostgresRuns(pool, owner, lease_ttl_s),
-            TenantConfigs(pool),
-            PostgresDeadlines(pool),
-            PostgresSubagents(pool),
+            store.ledger(),
+            store.runs(owner, lease_ttl_s),
+            store.tenant_configs(),
+            store.deadlines(),
+            store.subagents(),
         )
     finally:
         for listener in listeners:
             await listener.stop()
-        await pool.close()
+        await store.close()
 
 
 @contextlib.asynccontextmanager
@@ -90,7 +87,9 @@ async def memory_worker_store(
     store.commit_listeners.append(committed)
     store.cancel_listeners.append(on_cancel)
     try:
-        yield WorkerStore(store, store.runs(owner, lease_ttl_s))
+        yield WorkerStore(
+            store, store.runs(owner, lease_ttl_s), None, store.deadlines(), store.subagents()
+        )
     finally:
         store.commit_listeners.remove(committed)
         store.cancel_listeners.remove(on_cancel)

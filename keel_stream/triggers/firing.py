@@ -17,7 +17,7 @@ from typing import Any, Final
 from keel_stream.errors import KeelError, SessionExists, TriggerNotFound, TriggerPaused
 from keel_stream.kernel.limits import check_event_size
 from keel_stream.kernel.types import CommitRequest
-from keel_stream.store.postgres import PostgresLedger
+from keel_stream.store.protocol import Ledger
 from keel_stream.store.triggers import FiringRow, TriggerRow
 from keel_stream.store.triggers_schedule import (
     NewFiring,
@@ -207,7 +207,7 @@ async def plan_delivery(
 
 
 async def _commit(
-    ledger: PostgresLedger,
+    ledger: Ledger,
     store: TriggerScheduleStore,
     firing: FiringRow,
     new_session: bool,
@@ -242,7 +242,7 @@ async def _commit(
 
 
 async def carry_out(
-    ledger: PostgresLedger, store: TriggerScheduleStore, firing: FiringRow, *, first: bool
+    ledger: Ledger, store: TriggerScheduleStore, firing: FiringRow, *, first: bool
 ) -> FiringRow | None:
     """Commit an open firing's message and record the outcome (None when a buffered firing's
     target is still busy, or another replica recorded the outcome first). `first`: carried

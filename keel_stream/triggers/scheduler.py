@@ -21,8 +21,8 @@ from keel_stream.errors import KeelError
 from keel_stream.heartbeats import beating
 from keel_stream.logs import get_logger
 from keel_stream.settings import KeelSettings
-from keel_stream.store import PostgresLedger, create_pool
-from keel_stream.store.service_heartbeats import PostgresServiceHeartbeats, ServiceKind
+from keel_stream.store import Ledger, open_store
+from keel_stream.store.service_heartbeats import ServiceKind
 from keel_stream.store.triggers_schedule import TriggerScheduleStore
 from keel_stream.triggers import metrics
 from keel_stream.triggers.firing import carry_out, plan_next
@@ -60,7 +60,7 @@ class SchedulerConfig:
 
 class Scheduler:
     def __init__(
-        self, store: TriggerScheduleStore, ledger: PostgresLedger, config: SchedulerConfig
+        self, store: TriggerScheduleStore, ledger: Ledger, config: SchedulerConfig
     ) -> None:
         self._store = store
         self._ledger = ledger
@@ -101,15 +101,15 @@ class Scheduler:
 
 async def run_scheduler(config: SchedulerConfig, stop: asyncio.Event) -> None:
     """Tick until stop is set, beating the replica's row meanwhile."""
-    pool = await create_pool(config.database_url, min_size=1, max_size=8)
+    store = await open_store(config.database_url, max_size=8)
     try:
-        scheduler = Scheduler(TriggerScheduleStore(pool), PostgresLedger(pool), config)
+        scheduler = Scheduler(store.trigger_schedule(), store.ledger(), config)
         _log.info("trigger scheduler started", owner=scheduler.owner)
-        heartbeats = PostgresServiceHeartbeats(pool)
+        heartbeats = store.service_heartbeats()
         async with beating(heartbeats, ServiceKind.TRIGGER_SCHEDULER, config.heartbeat_s):
             await _tick_until(scheduler, config, stop)
     finally:
-        await pool.close()
+        await store.close()
 
 
 async def _tick_until(scheduler: Scheduler, config: SchedulerConfig, stop: asyncio.Event) -> None:

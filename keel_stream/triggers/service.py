@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from keel_stream.settings import KeelSettings
-from keel_stream.store import Pool
+from keel_stream.store import Database
 from keel_stream.store.triggers import TriggerStore
 from keel_stream.store.triggers_schedule import TriggerScheduleStore
 
@@ -19,9 +19,9 @@ class TriggerService:
     min_interval_s: int = 60
 
     @classmethod
-    def create(cls, pool: Pool, settings: KeelSettings) -> TriggerService:
+    def create(cls, store: Database, settings: KeelSettings) -> TriggerService:
         return cls(
-            TriggerStore(pool, max_per_tenant=settings.triggers_max_per_tenant),
-            TriggerScheduleStore(pool),
+            store.triggers(max_per_tenant=settings.triggers_max_per_tenant),
+            store.trigger_schedule(),
             settings.triggers_min_interval_s,
         )

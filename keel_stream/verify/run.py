@@ -21,7 +21,6 @@ from keel_stream.kafka.read_all import read_to_end
 from keel_stream.kernel.commits import check_identifier
 from keel_stream.projections import ALL
 from keel_stream.projections.base import Projection
-from keel_stream.store.connect import Pool
 from keel_stream.store.verify_reads import Key, LedgerEvent, Scope, Snapshot, VerifyReads
 from keel_stream.topics.catalog import EVENTS
 from keel_stream.verify.models import compare_model, stored_seq
@@ -198,9 +197,8 @@ async def _check_scope(reads: VerifyReads, scope: Scope) -> None:
             raise TenantNotFound(f"tenant {scope.tenant!r} does not exist")
 
 
-async def verify(pool: Pool, bootstrap: str, options: VerifyOptions) -> VerifyReport:
+async def verify(reads: VerifyReads, bootstrap: str, options: VerifyOptions) -> VerifyReport:
     """Verify the scope's sessions; the report says what differs (nothing is ever changed)."""
-    reads = VerifyReads(pool)
     scope = options.scope
     await _check_scope(reads, scope)
     deadline = asyncio.get_running_loop().time() + options.wait_s

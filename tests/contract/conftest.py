@@ -1,4 +1,7 @@
-"""One contract, two adapters: every test here runs against PostgreSQL and the memory store."""
+"""One contract, two adapters: every test here runs against PostgreSQL and the memory store.
+
+The ledger and run-row suites take `adapter` (parametrized over both backends); the other ports
+are contract classes subclassed per backend (tests/contract/backends.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from keel_stream.store import MemoryStore, PostgresLedger, PostgresRuns
+from keel_stream.store import MemoryStore, PostgresStore, Store
 from keel_stream.store.protocol import Ledger, Runs
 
 
@@ -21,15 +24,14 @@ class Adapter:
 
 @pytest.fixture(params=["postgres", "memory"])
 def bare_adapter(request: pytest.FixtureRequest) -> Adapter:
+    backend: Store
     if request.param == "memory":
-        store = MemoryStore()
-        return Adapter("memory", store, store.runs)
-    # Only the PostgreSQL adapter needs (and starts) a server: asked for here, not in the
-    # signature, so the memory half of the suite runs without one.
-    pool = request.getfixturevalue("pool")
-    return Adapter(
-        "postgres", PostgresLedger(pool), lambda owner, ttl: PostgresRuns(pool, owner, ttl)
-    )
+        backend = MemoryStore()
+    else:
+        # Only the PostgreSQL adapter needs (and starts) a server: asked for here, not in the
+        # signature, so the memory half of the suite runs without one.
+        backend = PostgresStore(request.getfixturevalue("pool"))
+    return Adapter(request.param, backend.ledger(), backend.runs)
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ import pytest
 
 from keel_stream.errors import (
     ExternalSession,
+    ExternalSessionClosed,
     IdempotencyConflict,
     InvalidPage,
     InvalidPayload,
@@ -21,7 +22,7 @@ from keel_stream.errors import (
 )
 from keel_stream.kernel import CommitRequest, LeaseToken, RunStatus
 from keel_stream.kernel.limits import MAX_EVENT_BYTES, event_size
-from keel_stream.store import ExternalMarkers, Settlement
+from keel_stream.store import ExternalMarkers, ExternalStatus, Settlement
 from keel_stream.store.protocol import Claim
 from tests.contract.conftest import Adapter
 from tests.support.wait import wait_until
@@ -99,6 +100,30 @@ async def test_the_class_gate(adapter: Adapter) -> None:
         tenant_id="acme", session_id="ext", kind="external.event", payload=native_event, key="e1"
     )
     assert (await adapter.ledger.commit(external)).seq == 1
+
+
+async def test_the_class_gate_refuses_every_class_where_the_kernel_does_not_admit_it(
+    adapter: Adapter,
+) -> None:
+    closed = ExternalMarkers(backend="dsh", status=ExternalStatus.CLOSED)
+    await adapter.ledger.create_session("acme", "ext", external=ExternalMarkers(backend="dsh"))
+    await adapter.ledger.create_session("acme", "shut", external=closed)
+    lease = LeaseToken(owner="w", epoch=1)
+    backend_event = {"backend": "dsh", "externalRef": "r1"}
+
+    def to(session: str, kind: str, payload: dict[str, Any], **options: Any) -> CommitRequest:
+        return CommitRequest(
+            tenant_id="acme", session_id=session, kind=kind, payload=payload, **options
+        )
+
+    with pytest.raises(ExternalSession, match="no native owner"):
+        await adapter.ledger.commit(to("ext", "run.finished", {"status": "done"}, lease=lease))
+    with pytest.raises(ExternalSessionClosed):
+        await adapter.ledger.commit(to("shut", "external.event", backend_event, key="e1"))
+    with pytest.raises(ExternalSession, match="owned externally"):
+        await adapter.ledger.commit(to("shut", "user.message", {"text": "hi"}))
+    assert await adapter.ledger.head("acme", "ext") == await adapter.ledger.head("acme", "shut")
+    assert await adapter.ledger.head("acme", "shut") == 0, "a refused commit writes nothing"
 
 
 async def test_owner_scoped_commits_are_fenced_by_the_current_lease(adapter: Adapter) -> None:

@@ -11,8 +11,9 @@ import asyncpg
 import orjson
 
 from keel_stream.kernel import CommitRequest, LeaseToken
-from keel_stream.relay import RelayConfig, republish
-from keel_stream.store import PostgresLedger
+from keel_stream.relay import RelayConfig
+from keel_stream.store.outbox import PostgresOutbox
+from keel_stream.store.postgres import PostgresLedger
 from keel_stream.topics.catalog import EVENTS
 from tests.support.cli import run_keel
 from tests.support.kafka import KafkaServer, collect
@@ -87,9 +88,9 @@ async def test_republish_reseeds_a_topic_that_lost_its_data(
     await commit_round_robin(ledger, sessions, 40)
     # The broker "lost" everything: nothing was ever published and the outbox is gone too.
     await pool.execute("DELETE FROM outbox")
-    report = await republish(pool, tenant="acme")
+    report = await PostgresOutbox(pool).republish(tenant="acme")
     assert (report.sessions, report.events) == (4, 40)
-    again = await republish(pool, session=sessions[0])
+    again = await PostgresOutbox(pool).republish(session=sessions[0])
     assert again.events == 0, "events still waiting in the outbox are not enqueued twice"
     async with relay_task(RelayConfig(database_dsn, kafka.bootstrap, topic_prefix)):
         await wait_until(lambda: outbox_empty(pool), 60, "the republished events to publish")
@@ -106,7 +107,7 @@ async def test_republish_after_seq(
             CommitRequest(tenant_id="acme", session_id="s1", kind="user.message", payload={"n": i})
         )
     await pool.execute("DELETE FROM outbox")
-    report = await republish(pool, tenant="acme", session="s1", after_seq=3)
+    report = await PostgresOutbox(pool).republish(tenant="acme", session="s1", after_seq=3)
     assert report.events == 2
     assert [r["seq"] for r in await pool.fetch("SELECT seq FROM outbox ORDER BY id")] == [4, 5]
 

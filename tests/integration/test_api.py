@@ -15,7 +15,7 @@ import keel_stream.store
 from keel_stream.kafka.broker import EmbeddedBroker
 from keel_stream.kernel import CommitRequest
 from keel_stream.store import ExternalMarkers, PostgresLedger
-from keel_stream.store.keys import KeyStore
+from keel_stream.store.keys import PostgresKeyStore
 from keel_stream.topics.admin import apply_catalog
 from tests.support.api import Api, SseFrame, read_frames, serve_api
 from tests.support.kafka import KafkaServer
@@ -70,10 +70,10 @@ async def test_missing_bad_and_revoked_keys_are_401(api: Api, pool: asyncpg.Pool
         assert (response.status_code, error_code(response)) == (401, "unauthorized")
     async with api.client("not-a-key") as client:
         assert (await client.get("/v1/sessions")).status_code == 401
-    key_id, key = await KeyStore(pool).create("acme")
+    key_id, key = await PostgresKeyStore(pool).create("acme")
     async with api.client(key) as client:
         assert (await client.get("/v1/sessions")).status_code == 200
-        await KeyStore(pool).revoke(key_id)
+        await PostgresKeyStore(pool).revoke(key_id)
         assert (await client.get("/v1/sessions")).status_code == 401
 
 

@@ -30,7 +30,7 @@ from keel_stream.api.limits import ApiLimits
 from keel_stream.api.server import DrainingServer, api_server
 from keel_stream.kafka.broker import free_port
 from keel_stream.store import PostgresLedger, create_pool
-from keel_stream.store.keys import KeyStore
+from keel_stream.store.keys import PostgresKeyStore
 from tests.support.wait import wait_until
 
 KIB = 1024
@@ -65,7 +65,7 @@ async def serve(
     pool = await create_pool(dsn, max_size=1)
     try:
         await PostgresLedger(pool).create_tenant("acme")
-        _, key = await KeyStore(pool).create("acme")
+        _, key = await PostgresKeyStore(pool).create("acme")
     finally:
         await pool.close()
     config = ApiConfig(dsn, heartbeat_s=heartbeat_s, limits=limits or ApiLimits())

@@ -19,7 +19,7 @@ from keel_stream.kafka.broker import free_port
 from keel_stream.kafka.records import record_key
 from keel_stream.kernel import CommitRequest, LeaseToken
 from keel_stream.store import PostgresLedger
-from keel_stream.store.keys import KeyStore
+from keel_stream.store.keys import PostgresKeyStore
 from keel_stream.store.runs import PostgresRuns
 from keel_stream.topics.catalog import PARTIALS
 from keel_stream.topics.records import PartialFrame
@@ -169,7 +169,7 @@ async def test_sigterm_sends_unread_events_then_drain(
 ) -> None:
     await ledger.create_tenant("acme")
     await ledger.create_session("acme", "s1")
-    _, key = await KeyStore(pool).create("acme")
+    _, key = await PostgresKeyStore(pool).create("acme")
     port = free_port()
     log = tmp_path / "api.log"
     with log.open("wb") as out:

@@ -18,7 +18,7 @@ from keel_stream.gateway.audit import AuditLog
 from keel_stream.kernel import Event
 from keel_stream.store import PostgresLedger
 from keel_stream.store.protocol import MAX_READ_LIMIT
-from keel_stream.store.tenant_configs import TenantConfigs
+from keel_stream.store.tenant_configs import PostgresTenantConfigs
 from tests.integration.test_tenant_limits import tenant_key
 from tests.support.api import serve_api
 from tests.support.wait import wait_until
@@ -90,8 +90,8 @@ async def test_a_backend_event_flood_is_held_to_the_tenant_rate(
     b_key = await tenant_key(pool, "beta")
     await tenant_key(pool, "acme")
     flooding = _document("--flood", str(FLOOD), limits={"backendEventsPerSecond": RATE})
-    await TenantConfigs(pool).put("acme", flooding)
-    await TenantConfigs(pool).put("beta", _document())
+    await PostgresTenantConfigs(pool).put("acme", flooding)
+    await PostgresTenantConfigs(pool).put("beta", _document())
     async with serve_api(database_dsn) as api, api.client() as a, api.client(b_key) as b:
         session = await _open_and_send(a, "flood")
         inbound = Inbound(ledger, "acme", session)
@@ -127,7 +127,7 @@ async def test_a_backend_flooding_past_its_grace_is_failed_loudly(
 ) -> None:
     ledger = PostgresLedger(pool)
     await tenant_key(pool, "acme")
-    await TenantConfigs(pool).put("acme", _document("--flood", str(FLOOD)))
+    await PostgresTenantConfigs(pool).put("acme", _document("--flood", str(FLOOD)))
     limits = TenantLimits(backend_events_per_second=RATE, backend_flood_grace_s=2.0)
     async with serve_api(database_dsn, tenant_limits=limits) as api, api.client() as a:
         session = await _open_and_send(a, "flood")

@@ -14,7 +14,7 @@ import httpx
 
 from keel_stream.gateway.audit import AuditLog
 from keel_stream.gateway.smoke_runtime import processes_with
-from keel_stream.store.tenant_configs import TenantConfigs
+from keel_stream.store.tenant_configs import PostgresTenantConfigs
 from tests.support.api import serve_api
 from tests.support.wait import wait_until
 
@@ -46,7 +46,7 @@ async def test_a_removed_backend_is_closed_and_reclaimed_and_never_respawned(
     marker = f"KEEL_TEST_MARK_{uuid.uuid4().hex.upper()}"
     async with serve_api(database_dsn) as api, api.client() as client:
         # It crashes on its 5th message (a health check): a lost backend is restarted.
-        await TenantConfigs(pool).put("acme", _document(marker, "--crash-after", "4"))
+        await PostgresTenantConfigs(pool).put("acme", _document(marker, "--crash-after", "4"))
         opened = await client.post("/v1/sessions", json={"backend": "ref"})
         assert opened.status_code == 201, opened.text
         session = opened.json()["id"]
@@ -56,7 +56,7 @@ async def test_a_removed_backend_is_closed_and_reclaimed_and_never_respawned(
             return len(audit.records("provider.spawned")) >= 2
 
         await wait_until(respawned, DEADLINE_S, "the crashing backend started again")
-        await TenantConfigs(pool).put("acme", {})
+        await PostgresTenantConfigs(pool).put("acme", {})
 
         async def gone() -> bool:
             return not processes_with(marker) and not await _backends(client)
@@ -83,11 +83,11 @@ async def test_a_changed_backend_replaces_the_old_process(
 ) -> None:
     marker = f"KEEL_TEST_MARK_{uuid.uuid4().hex.upper()}"
     async with serve_api(database_dsn) as api, api.client() as client:
-        await TenantConfigs(pool).put("acme", _document(marker))
+        await PostgresTenantConfigs(pool).put("acme", _document(marker))
         opened = await client.post("/v1/sessions", json={"backend": "ref"})
         assert opened.status_code == 201, opened.text
         (old,) = processes_with(marker)
-        await TenantConfigs(pool).put("acme", _document(marker, "--slow-ms", "1"))
+        await PostgresTenantConfigs(pool).put("acme", _document(marker, "--slow-ms", "1"))
 
         async def replaced() -> bool:
             return old not in processes_with(marker)

@@ -13,7 +13,7 @@ import asyncpg
 import pytest
 
 from keel_stream import __version__
-from keel_stream.store.keys import KeyStore
+from keel_stream.store.keys import PostgresKeyStore
 from tests.support.cli import KEEL, one_line_error, run_keel
 from tests.support.cli import run_keel_sync as run
 from tests.support.postgres import PgServer, create_database, database_url, unique_name
@@ -217,7 +217,7 @@ async def test_tenants_and_keys_commands(database_dsn: str, pool: asyncpg.Pool) 
     assert made.returncode == 0, made.stderr
     lines = dict(line.split(":", 1) for line in made.stdout.splitlines())
     key_id, key = lines["key id"].strip(), lines["key"].strip()
-    keys = KeyStore(pool)
+    keys = PostgresKeyStore(pool)
     assert await keys.tenant_for(key) == "acme"
     stored = await pool.fetchval("SELECT key_hash FROM api_keys WHERE key_id = $1", key_id)
     assert key not in stored, "only a hash of the key is stored"

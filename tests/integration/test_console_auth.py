@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncpg
 import httpx
 
-from keel_stream.store.keys import KeyStore
+from keel_stream.store.keys import PostgresKeyStore
 from tests.support.api import serve_api
 
 
@@ -73,7 +73,7 @@ async def test_signing_out_ends_the_sign_in_wherever_its_cookie_was_copied(
         async with httpx.AsyncClient(base_url=api.url, cookies={"keel_console": again}) as fresh:
             assert (await fresh.get("/v1/sessions")).status_code == 200
             key_id = await pool.fetchval("SELECT key_id FROM api_keys WHERE tenant_id = 'acme'")
-            await KeyStore(pool).revoke(key_id)
+            await PostgresKeyStore(pool).revoke(key_id)
             assert (await fresh.get("/v1/sessions")).status_code == 401, "a revoked key ends it"
 
 

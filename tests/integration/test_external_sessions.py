@@ -20,7 +20,7 @@ import httpx
 
 from keel_stream.gateway.process import ProviderProcess
 from keel_stream.gateway.smoke_runtime import processes_with
-from keel_stream.store.tenant_configs import TenantConfigs
+from keel_stream.store.tenant_configs import PostgresTenantConfigs
 from tests.support.api import serve_api
 
 DEADLINE_S = 20.0
@@ -84,7 +84,7 @@ async def test_an_external_session_is_opened_driven_and_closed_through_the_api(
     database_dsn: str, pool: asyncpg.Pool
 ) -> None:
     async with serve_api(database_dsn) as api, api.client() as client:
-        await TenantConfigs(pool).put("acme", _document())
+        await PostgresTenantConfigs(pool).put("acme", _document())
         view = await _open(client)
         external = view["external"]
         assert view["stateOwner"] == "external"
@@ -136,7 +136,7 @@ async def test_the_edge_event_door_refuses_native_writes_to_an_external_session(
     """Seed 001 §2: an external session's state lives at its backend, so `/events` (a native
     write) is 409 external_session and records and sends nothing; `/input` still forwards."""
     async with serve_api(database_dsn) as api, api.client() as client:
-        await TenantConfigs(pool).put("acme", _document())
+        await PostgresTenantConfigs(pool).put("acme", _document())
         session = (await _open(client))["id"]
         before = await _events(client, session)
 
@@ -160,7 +160,7 @@ async def test_the_edge_event_door_refuses_native_writes_to_an_external_session(
 async def test_the_tenants_quota_decides_what_may_open(
     database_dsn: str, pool: asyncpg.Pool
 ) -> None:
-    configs = TenantConfigs(pool)
+    configs = PostgresTenantConfigs(pool)
     async with serve_api(database_dsn) as api, api.client() as client:
         await configs.put("acme", _document(maxSessions=1))
         unknown = await client.post("/v1/sessions", json={"backend": "nope"})
@@ -199,7 +199,7 @@ async def _status_of_open(client: httpx.AsyncClient, status: int) -> dict[str, A
 async def test_cancel_reaches_the_backend_and_a_refusal_is_a_5xx(
     database_dsn: str, pool: asyncpg.Pool
 ) -> None:
-    configs = TenantConfigs(pool)
+    configs = PostgresTenantConfigs(pool)
     async with serve_api(database_dsn) as api, api.client() as client:
         slow = _document("--slow-ms", "400")["external"]["backends"]["ref"]
         stubborn = _document("--slow-ms", "400", "--ignore-cancel")["external"]["backends"]["ref"]
@@ -247,7 +247,7 @@ async def test_a_killed_backend_makes_its_sessions_unavailable_and_a_restart_res
 ) -> None:
     state = tmp_path / f"state-{uuid.uuid4().hex}.json"
     async with serve_api(database_dsn) as api, api.client() as client:
-        await TenantConfigs(pool).put(
+        await PostgresTenantConfigs(pool).put(
             "acme", _document("--state-file", str(state), "--slow-ms", "200")
         )
         session = (await _open(client))["id"]
@@ -277,7 +277,7 @@ async def test_a_backend_that_cannot_resume_keeps_its_sessions_unavailable(
 ) -> None:
     marker = f"KEEL_TEST_MARK_{uuid.uuid4().hex.upper()}"
     async with serve_api(database_dsn) as api, api.client() as client:
-        await TenantConfigs(pool).put("acme", _document("--forbid-env", marker))
+        await PostgresTenantConfigs(pool).put("acme", _document("--forbid-env", marker))
         session = (await _open(client))["id"]
         generation = await _generation(client)
         (pid,) = processes_with(marker)
@@ -312,7 +312,7 @@ async def test_an_http_backend_serves_sessions_and_its_death_is_noticed_within_a
         backend = {"transport": "http", "url": url, "timeoutMs": 5000}
         document = {"external": {"backends": {"ref": backend}, "quota": {"unmetered": "deny"}}}
         async with serve_api(database_dsn) as api, api.client() as client:
-            await TenantConfigs(pool).put("acme", document)
+            await PostgresTenantConfigs(pool).put("acme", document)
             session = (await _open(client))["id"]
             sent = await client.post(f"/v1/sessions/{session}/input", json={"text": "over http"})
             assert sent.status_code == 201, sent.text

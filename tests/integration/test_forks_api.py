@@ -11,7 +11,7 @@ import pytest
 from keel_stream.kernel import CommitRequest, Event, LeaseToken, account_inputs
 from keel_stream.projections import RUN_STATUS, TRANSCRIPT, Projection, fold
 from keel_stream.store import PostgresLedger
-from keel_stream.store.keys import KeyStore
+from keel_stream.store.keys import PostgresKeyStore
 from tests.support.api import Api, serve_api
 from tests.support.kafka import KafkaServer
 from tests.support.ledger import grant_lease
@@ -105,7 +105,7 @@ async def test_fork_refusals_have_their_codes(
 ) -> None:
     await a_session_with_a_tool_turn(ledger, pool)
     await ledger.create_tenant("other")
-    _, other_key = await KeyStore(pool).create("other")
+    _, other_key = await PostgresKeyStore(pool).create("other")
     async with api.client() as client:
         cases = [
             ({"forkOf": "nope"}, 404, "session_not_found"),

@@ -16,7 +16,7 @@ from keel_stream.hooks.egress import EgressPolicy
 from keel_stream.hooks.envelope import webhook_id
 from keel_stream.hooks.service import HooksConfig
 from keel_stream.store import PostgresLedger, create_pool
-from keel_stream.store.keys import KeyStore
+from keel_stream.store.keys import PostgresKeyStore
 from tests.support.api import Api, serve_api
 from tests.support.hook_receiver import HookReceiver, fast_config, hooks_task, tenant_document
 from tests.support.ledger import converse
@@ -131,7 +131,7 @@ async def test_subscriptions_are_the_tenants_own_and_bounded(database_dsn: str) 
         pool = await create_pool(database_dsn, max_size=1)
         try:
             await PostgresLedger(pool).create_tenant("other")
-            _, other_key = await KeyStore(pool).create("other")
+            _, other_key = await PostgresKeyStore(pool).create("other")
         finally:
             await pool.close()
         async with api.client(other_key) as other:

@@ -11,8 +11,8 @@ from keel_stream.hooks.envelope import new_secret
 from keel_stream.kafka.records import EventRecordCodec
 from keel_stream.projector.events import SourceRecord, Undecodable, decode
 from keel_stream.store import PostgresLedger
-from keel_stream.store.hooks import HookStore
-from keel_stream.store.hooks_dispatch import HookDispatchStore
+from keel_stream.store.hooks import PostgresHookStore
+from keel_stream.store.hooks_dispatch import PostgresHookDispatchStore
 from tests.support.ledger import converse
 
 
@@ -42,12 +42,12 @@ async def _rows(pool: asyncpg.Pool) -> list[tuple[str, int]]:
 async def test_duplicates_gaps_and_claim_checks(pool: asyncpg.Pool, ledger: PostgresLedger) -> None:
     await ledger.create_tenant("acme")
     await ledger.create_session("acme", "s1")
-    store = HookStore(pool)
+    store = PostgresHookStore(pool)
     names = ["turn.started", "turn.finished"]
     await store.create("acme", "http://127.0.0.1:9/", names, None, None, new_secret())
     await converse(ledger, pool, "s1", 2)  # seqs 1-10
     later = await store.create("acme", "http://127.0.0.1:9/", names, None, None, new_secret())
-    dispatcher = Dispatcher(HookDispatchStore(pool), "unused:9092", "topic", "group")
+    dispatcher = Dispatcher(PostgresHookDispatchStore(pool), "unused:9092", "topic", "group")
 
     assert await dispatcher.apply(await _records(ledger, [1, 2])) == 2
     # A relay duplicate (2), a gap (3 is missing), a claim check standing in for 7.

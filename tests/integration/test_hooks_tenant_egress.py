@@ -15,7 +15,7 @@ import pytest
 from keel_stream.hooks.sender import NOT_RECORDED
 from keel_stream.kafka.broker import free_port
 from keel_stream.store import PostgresLedger, create_pool
-from keel_stream.store.keys import KeyStore
+from keel_stream.store.keys import PostgresKeyStore
 from tests.support.api import Api, serve_api
 from tests.support.hook_receiver import (
     LOOPBACK_RECEIVERS,
@@ -50,7 +50,7 @@ async def _other_key(dsn: str) -> str:
     pool = await create_pool(dsn, max_size=1)
     try:
         await PostgresLedger(pool).create_tenant("other")
-        _, key = await KeyStore(pool).create("other")
+        _, key = await PostgresKeyStore(pool).create("other")
         return key
     finally:
         await pool.close()

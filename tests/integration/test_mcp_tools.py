@@ -20,7 +20,7 @@ import pytest
 
 from keel_stream.kernel import CommitRequest, Event
 from keel_stream.store import PostgresLedger
-from keel_stream.store.tenant_configs import TenantConfigs
+from keel_stream.store.tenant_configs import PostgresTenantConfigs
 from keel_stream.tenancy.document import MINIMAL_ENV, parse_config
 from keel_stream.worker.mcp_connection import stdio_parameters
 from tests.support.workers import log_of, settled, worker_task
@@ -71,7 +71,7 @@ async def http_server() -> AsyncIterator[str]:
 async def run_session(
     pool: asyncpg.Pool, ledger: PostgresLedger, dsn: str, server: dict[str, Any]
 ) -> list[Event]:
-    await TenantConfigs(pool).put("acme", {"external": {"tools": {"time": server}}})
+    await PostgresTenantConfigs(pool).put("acme", {"external": {"tools": {"time": server}}})
     async with worker_task(dsn):
         request = CommitRequest(tenant_id="acme", session_id="s1", kind="user.message",
                                 payload={"text": ASK})  # fmt: skip

@@ -14,7 +14,7 @@ import pytest
 from keel_stream.kernel import CommitRequest, Event
 from keel_stream.kernel.subagents import DELEGATE
 from keel_stream.store import PostgresLedger
-from keel_stream.store.tenant_configs import TenantConfigs
+from keel_stream.store.tenant_configs import PostgresTenantConfigs
 from keel_stream.worker.agent_settings import ModelProviders
 from keel_stream.worker.providers import OpenAIProvider
 from keel_stream.worker.tools import TOOLS
@@ -100,7 +100,7 @@ async def test_a_provider_tool_runs_on_the_tenants_model_settings(
     monkeypatch.setenv("KEEL_NOT_FOR_TOOLS", "x")  # not declared: must not reach it
     switches = ("--require-env", "DOCS_TOKEN", "--forbid-env", "KEEL_NOT_FOR_TOOLS")
     docs = {**sidecar(marker, *switches), "env": {"DOCS_TOKEN": "secret:DOCS_TOKEN"}}
-    version = await TenantConfigs(pool).put(
+    version = await PostgresTenantConfigs(pool).put(
         "acme",
         {"external": {"tools": {"docs": docs}}, "settings": {"models": {"smart": SMART}}},
     )
@@ -158,7 +158,7 @@ async def test_a_provider_that_cannot_start_only_loses_its_tools(
 ) -> None:
     marker = tmp_path / "docs-state.json"
     broken = {"transport": "stdio", "command": str(tmp_path / "no-such-tool-server")}
-    await TenantConfigs(pool).put(
+    await PostgresTenantConfigs(pool).put(
         "acme", {"external": {"tools": {"docs": sidecar(marker), "broken": broken}}}
     )
     events, server = await run_once(pool, ledger, database_dsn, [], "hello")
@@ -183,7 +183,9 @@ async def test_a_provider_tool_error_is_an_error_result(
     tmp_path: Path,
 ) -> None:
     marker = tmp_path / "docs-state.json"
-    await TenantConfigs(pool).put("acme", {"external": {"tools": {"docs": sidecar(marker)}}})
+    await PostgresTenantConfigs(pool).put(
+        "acme", {"external": {"tools": {"docs": sidecar(marker)}}}
+    )
     bad = Fault(tool_name="docs__add", tool_arguments='{"a": "one", "b": 2}', tool_call_id="c1")
     events, server = await run_once(pool, ledger, database_dsn, [bad], "add them")
     assert not processes_naming(marker)
@@ -208,7 +210,9 @@ async def test_a_selection_of_an_undeclared_model_fails_the_run_once(
     database_dsn: str,
     session: tuple[str, str],
 ) -> None:
-    version = await TenantConfigs(pool).put("acme", {"settings": {"models": {"smart": SMART}}})
+    version = await PostgresTenantConfigs(pool).put(
+        "acme", {"settings": {"models": {"smart": SMART}}}
+    )
     events, server = await run_once(pool, ledger, database_dsn, [], "hi", {"model": "huge"})
     assert server.requests == [], "no model was asked"
     kinds = [e.kind for e in events]

@@ -21,7 +21,7 @@ from keel_stream.api.readiness import BrokerCheck, BrokerProbe, Readiness
 from keel_stream.errors import StoreError, StoreUnavailable
 from keel_stream.kafka.broker import free_port
 from keel_stream.store import PostgresLedger
-from keel_stream.store.keys import KeyStore
+from keel_stream.store.keys import PostgresKeyStore
 from tests.support.api import serve_api
 from tests.support.cli import keel_process
 from tests.support.kafka import KafkaServer
@@ -77,7 +77,7 @@ async def test_the_api_process_logs_json_lines_with_request_ids_and_exports_only
     database_dsn: str, ledger: PostgresLedger, pool: asyncpg.Pool, tmp_path: Path
 ) -> None:
     await ledger.create_tenant("acme")
-    _, key = await KeyStore(pool).create("acme")
+    _, key = await PostgresKeyStore(pool).create("acme")
     port, log = free_port(), tmp_path / "api.log"
     env = {"KEEL_DATABASE_URL": database_dsn, "KEEL_DATA_DIR": str(tmp_path)}
     async with keel_process("api", "--port", str(port), env=env, log=log):

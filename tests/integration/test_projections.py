@@ -21,7 +21,7 @@ from keel_stream.projections import TRANSCRIPT, fold
 from keel_stream.projector.rebuild import rebuild
 from keel_stream.readmodels import ReadModels
 from keel_stream.relay import RelayConfig
-from keel_stream.store import PostgresLedger
+from keel_stream.store.postgres import PostgresLedger
 from keel_stream.store.projection_state import PostgresProjectionStore
 from tests.support.cli import run_keel
 from tests.support.kafka import KafkaServer
@@ -58,7 +58,7 @@ async def test_2000_events_fold_into_models_equal_to_the_ledger(
         await wait_until(
             lambda: models_equal_ledger_fold(pool), CONVERGE_S, "models equal to the ledger fold"
         )
-        models = ReadModels.from_pool(pool)
+        models = ReadModels(PostgresProjectionStore(pool), PostgresLedger(pool))
         await models.start()
         try:
             view = await models.get("run_status", "acme", sessions[0], min_seq=100, timeout_s=10)
@@ -166,7 +166,7 @@ async def test_rebuild_equals_live_and_readers_never_see_a_partial_model(
         history = await ledger_events(pool)
         violations: list[str] = []
         reading = True
-        models = ReadModels.from_pool(pool)
+        models = ReadModels(PostgresProjectionStore(pool), PostgresLedger(pool))
 
         async def reader() -> None:
             seen: dict[str, int] = {}
@@ -237,7 +237,7 @@ async def test_read_models_errors(
     await ledger.commit(
         CommitRequest(tenant_id="acme", session_id="s1", kind="user.message", payload={})
     )
-    models = ReadModels.from_pool(pool)
+    models = ReadModels(PostgresProjectionStore(pool), PostgresLedger(pool))
     with pytest.raises(UnknownProjection):
         await models.get("nope", "acme", "s1")
     with pytest.raises(SessionNotFound):

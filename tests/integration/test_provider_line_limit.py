@@ -27,7 +27,7 @@ from keel_stream.gateway.smoke_runtime import processes_with
 from keel_stream.gateway.transport import StdioTransport
 from keel_stream.kernel import CommitRequest
 from keel_stream.store import PostgresLedger
-from keel_stream.store.tenant_configs import TenantConfigs
+from keel_stream.store.tenant_configs import PostgresTenantConfigs
 from keel_stream.tenancy.document import ToolSpec
 from keel_stream.worker.agent_settings import ModelProviders
 from keel_stream.worker.providers import OpenAIProvider
@@ -109,7 +109,7 @@ async def test_a_tool_provider_line_over_the_limit_is_an_error_result_and_frees_
     session: tuple[str, str],
 ) -> None:
     marker = _marker()
-    await TenantConfigs(pool).put(
+    await PostgresTenantConfigs(pool).put(
         "acme", {"external": {"tools": {"docs": _sidecar("tool", marker)}}}
     )
     call = Fault(tool_name="docs__upper", tool_arguments='{"text": "hi"}', tool_call_id="c1")
@@ -155,7 +155,7 @@ async def test_an_agent_backend_line_over_the_limit_reclaims_it_and_its_sessions
         }
     }
     async with serve_api(database_dsn) as api, api.client() as client:
-        await TenantConfigs(pool).put("acme", document)
+        await PostgresTenantConfigs(pool).put("acme", document)
         opened = await client.post("/v1/sessions", json={"backend": "ref"})
         assert opened.status_code == 201, opened.text
         session = opened.json()["id"]

@@ -12,7 +12,7 @@ import pytest
 
 from keel_stream.errors import InvalidConfig, TenantNotFound
 from keel_stream.store import PostgresLedger
-from keel_stream.store.tenant_configs import TenantConfigs
+from keel_stream.store.tenant_configs import PostgresTenantConfigs
 from keel_stream.tenancy.document import parse_config
 from tests.support.api import serve_api
 from tests.support.cli import one_line_error, run_keel
@@ -62,7 +62,7 @@ async def test_put_adds_versions_and_latest_reads_the_newest(
 ) -> None:
     await ledger.create_tenant("acme")
     await ledger.create_tenant("other")
-    configs = TenantConfigs(pool)
+    configs = PostgresTenantConfigs(pool)
     assert await configs.latest("acme") is None
     assert await configs.put("acme", DOCUMENT) == 1
     second = copy.deepcopy(DOCUMENT)
@@ -82,7 +82,7 @@ async def test_put_refuses_a_literal_secret_and_an_unknown_tenant(
     pool: asyncpg.Pool, ledger: PostgresLedger
 ) -> None:
     await ledger.create_tenant("acme")
-    configs = TenantConfigs(pool)
+    configs = PostgresTenantConfigs(pool)
     with pytest.raises(InvalidConfig, match=r"external\.tools\.docs\.headers\.Authorization"):
         await configs.put("acme", _with_literal())
     with pytest.raises(TenantNotFound):
@@ -130,7 +130,7 @@ async def test_get_tenant_config_is_redacted_and_versioned(
         before = await client.get("/v1/tenant/config")
         assert before.status_code == 404, before.text
         assert before.json()["error"]["code"] == "config_not_found"
-        configs = TenantConfigs(pool)
+        configs = PostgresTenantConfigs(pool)
         await configs.put("acme", {})
         await configs.put("acme", DOCUMENT)
         response = await client.get("/v1/tenant/config")

@@ -14,8 +14,8 @@ import httpx
 
 from keel_stream.api.tenant_limits import TenantLimits
 from keel_stream.store import PostgresLedger
-from keel_stream.store.keys import KeyStore
-from keel_stream.store.tenant_configs import TenantConfigs
+from keel_stream.store.keys import PostgresKeyStore
+from keel_stream.store.tenant_configs import PostgresTenantConfigs
 from tests.support.api import serve_api
 
 SMALL = TenantLimits(max_streams=4, max_streams_per_key=3, max_in_flight=3, max_in_flight_per_key=2)
@@ -28,7 +28,7 @@ def code_of(response: httpx.Response) -> tuple[int, str]:
 async def tenant_key(pool: asyncpg.Pool, tenant: str) -> str:
     with contextlib.suppress(Exception):
         await PostgresLedger(pool).create_tenant(tenant)
-    return (await KeyStore(pool).create(tenant))[1]
+    return (await PostgresKeyStore(pool).create(tenant))[1]
 
 
 @contextlib.asynccontextmanager
@@ -116,7 +116,7 @@ async def test_the_tenant_documents_rates_answer_429_with_retry_after(
     database_dsn: str, pool: asyncpg.Pool
 ) -> None:
     await tenant_key(pool, "acme")
-    await TenantConfigs(pool).put(
+    await PostgresTenantConfigs(pool).put(
         "acme", {"limits": {"inputsPerSecond": 3, "sessionsPerMinute": 2}}
     )
     async with serve_api(database_dsn) as api:

@@ -17,7 +17,7 @@ from keel_stream.projector.events import SourceRecord
 from keel_stream.projector.rebuild import rebuild
 from keel_stream.relay.relay import RelayConfig
 from keel_stream.store import PostgresLedger, connect, create_pool, migrate
-from keel_stream.store.admin import prune
+from keel_stream.store.admin import PostgresAdmin
 from keel_stream.store.projection_state import PostgresProjectionStore
 from keel_stream.store.sqlfiles import migration_files
 from tests.support.kafka import KafkaServer
@@ -179,7 +179,7 @@ async def test_a_rebuild_copies_its_rows_and_prune_deletes_the_old_ones(
         assert (stored.last_seq, stored.state) == (len(events), document(list(events)))
     count = "SELECT count(*) FROM transcript_entries WHERE generation = $1"
     assert await pool.fetchval(count, 1) == await pool.fetchval(count, 2) > 0
-    pruned = await prune(pool, "transcript")
+    pruned = await PostgresAdmin(pool).prune("transcript")
     assert pruned.generations == 1
     assert await pool.fetchval(count, 1) == 0
     assert await pool.fetchval(count, 2) > 0, "the live generation's rows stay"

@@ -19,9 +19,9 @@ import pytest
 from keel_stream.clock import utc_now
 from keel_stream.kernel import CommitRequest, Event, LeaseToken
 from keel_stream.store import PostgresLedger
-from keel_stream.store.hooks import HookStore
-from keel_stream.store.triggers import NewTrigger, TriggerStore
-from keel_stream.store.triggers_schedule import TriggerScheduleStore
+from keel_stream.store.hooks import PostgresHookStore
+from keel_stream.store.triggers import NewTrigger, PostgresTriggerStore
+from keel_stream.store.triggers_schedule import PostgresTriggerScheduleStore
 from keel_stream.triggers.firing import plan_next
 from keel_stream.triggers.models import CreateTrigger
 from keel_stream.triggers.policy import message_payload
@@ -52,7 +52,7 @@ async def make_trigger(pool: asyncpg.Pool, *, backlog_s: int = 0, **spec: Any) -
     trigger_id = f"tr_{secrets.token_hex(8)}"
     now = utc_now().replace(microsecond=0)
     first = now - timedelta(seconds=backlog_s)
-    await TriggerStore(pool).create(
+    await PostgresTriggerStore(pool).create(
         NewTrigger(
             trigger_id, TENANT, "schedule", body.model_dump(mode="json", exclude_none=True),
             None, first, first,
@@ -63,7 +63,7 @@ async def make_trigger(pool: asyncpg.Pool, *, backlog_s: int = 0, **spec: Any) -
 
 def scheduler(pool: asyncpg.Pool, ledger: PostgresLedger, owner: str = "t") -> Scheduler:
     config = SchedulerConfig(database_url="unused", lease_s=30, owner=owner)
-    return Scheduler(TriggerScheduleStore(pool), ledger, config)
+    return Scheduler(PostgresTriggerScheduleStore(pool), ledger, config)
 
 
 async def firings(pool: asyncpg.Pool, trigger_id: str) -> list[Mapping[str, Any]]:
@@ -213,7 +213,7 @@ async def test_a_crash_between_commit_and_record_fires_once(
 ) -> None:
     trigger_id = await make_trigger(pool, schedule={
         "every": "1s", "catchupWindowS": 600, "maxFires": 1})  # fmt: skip
-    store = TriggerScheduleStore(pool)
+    store = PostgresTriggerScheduleStore(pool)
     (claimed,) = await store.claim("dead-replica", 0.2, 10)
     async with store.plan(claimed, "dead-replica") as tx:
         planned = await plan_next(tx, "dead-replica")
@@ -278,7 +278,7 @@ async def test_new_session_targets_are_derived_from_trigger_and_nominal_time(
 async def test_firings_write_trigger_before_and_after_hook_rows(
     pool: asyncpg.Pool, world: PostgresLedger
 ) -> None:
-    hook = await HookStore(pool).create(
+    hook = await PostgresHookStore(pool).create(
         TENANT, "https://example.com/h", ["trigger.before", "trigger.after"], None, None, "whsec_x"
     )
     await busy(pool)

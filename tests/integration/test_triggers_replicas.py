@@ -15,7 +15,7 @@ import pytest
 
 from keel_stream.clock import utc_now
 from keel_stream.store import PostgresLedger
-from keel_stream.store.triggers import NewTrigger, TriggerStore
+from keel_stream.store.triggers import NewTrigger, PostgresTriggerStore
 from keel_stream.triggers.models import CreateTrigger
 from keel_stream.triggers.schedule import fire_key
 from tests.support.wait import wait_until
@@ -57,7 +57,7 @@ async def test_every_second_for_a_minute_with_a_replica_killed_fires_each_time_o
     })  # fmt: skip
     first = utc_now().replace(microsecond=0) + timedelta(seconds=3)
     trigger_id = "tr_00000000000000aa"
-    await TriggerStore(pool).create(
+    await PostgresTriggerStore(pool).create(
         NewTrigger(trigger_id, "acme", "schedule", spec.model_dump(mode="json", exclude_none=True),
                    None, first, first)
     )  # fmt: skip

@@ -18,7 +18,7 @@ from keel_stream.api.server import api_server
 from keel_stream.api.tenant_limits import TenantLimits
 from keel_stream.kafka.broker import free_port
 from keel_stream.store import PostgresLedger, create_pool
-from keel_stream.store.keys import KeyStore
+from keel_stream.store.keys import PostgresKeyStore
 from keel_stream.tenancy.document import TenantConfig
 
 
@@ -51,7 +51,7 @@ async def serve_api(
         ledger = PostgresLedger(pool)
         with contextlib.suppress(Exception):
             await ledger.create_tenant("acme")
-        _, key = await KeyStore(pool).create("acme")
+        _, key = await PostgresKeyStore(pool).create("acme")
     finally:
         await pool.close()
     config = ApiConfig(

@@ -21,7 +21,7 @@ from keel_stream.hooks.sender import SenderConfig
 from keel_stream.hooks.service import HooksConfig, run_hooks
 from keel_stream.kafka.broker import free_port
 from keel_stream.store import create_pool
-from keel_stream.store.tenant_configs import TenantConfigs
+from keel_stream.store.tenant_configs import PostgresTenantConfigs
 
 
 def fast_config(dsn: str, bootstrap: str | None, prefix: str) -> HooksConfig:
@@ -44,7 +44,7 @@ async def tenant_document(dsn: str, tenant: str, document: dict[str, Any]) -> No
     a tenant reaches the operator's non-public hosts only when its document lists them)."""
     pool = await create_pool(dsn, max_size=1)
     try:
-        await TenantConfigs(pool).put(tenant, document)
+        await PostgresTenantConfigs(pool).put(tenant, document)
     finally:
         await pool.close()
 

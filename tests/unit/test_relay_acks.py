@@ -16,7 +16,7 @@ from keel_stream.relay.relay import Relay, RelayConfig, delete_acknowledged
 from keel_stream.relay.retry import RetryPolicy
 from keel_stream.relay.skip import PublishedTail
 from keel_stream.store import MemoryStore
-from keel_stream.store.memory_streams import MemoryOutbox
+from keel_stream.store.memory_outbox import MemoryOutbox
 from keel_stream.store.outbox import OutboxRow, Shard, ShardConnection
 
 ACKED = object()

@@ -21,7 +21,7 @@ from keel_stream.relay.publisher import Publisher, PublishResult, acknowledged
 from keel_stream.relay.relay import Relay, RelayConfig
 from keel_stream.relay.retry import RetryPolicy
 from keel_stream.relay.skip import PublishedTail, tail_depth
-from keel_stream.store.memory_streams import MemoryOutbox
+from keel_stream.store.memory_outbox import MemoryOutbox
 from keel_stream.store.outbox import (
     Backlog,
     OutboxRow,

@@ -19,7 +19,7 @@ from keel_stream.relay.refusals import Refusals, refusal
 from keel_stream.relay.relay import Relay, RelayConfig
 from keel_stream.relay.retry import RetryPolicy
 from keel_stream.relay.skip import PublishedTail
-from keel_stream.store.memory_streams import MemoryOutbox
+from keel_stream.store.memory_outbox import MemoryOutbox
 from keel_stream.store.outbox import OutboxRow, Shard
 from tests.unit.test_relay_acks import ACKED, outbox_with, seqs
 

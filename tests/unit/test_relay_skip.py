@@ -19,7 +19,7 @@ from keel_stream.relay.publisher import Publisher, PublishResult, acknowledged
 from keel_stream.relay.relay import Relay, RelayConfig
 from keel_stream.relay.retry import RetryPolicy, is_retriable
 from keel_stream.relay.skip import PublishedTail, tail_depth
-from keel_stream.store.memory_streams import MemoryOutbox
+from keel_stream.store.memory_outbox import MemoryOutbox
 from keel_stream.store.outbox import OutboxRow, Shard
 from tests.support.wait import wait_until
 from tests.unit.test_relay_acks import ACKED, outbox_with

@@ -11,8 +11,7 @@ from keel_stream.errors import BrokerError
 from keel_stream.kafka.errors import kafka_translated
 from keel_stream.store.ops import LeaseRow, OpsReader, WorkerRow
 from keel_stream.store.outbox import Backlog
-from keel_stream.store.projection_parked import parked_for
-from keel_stream.store.projection_state import PostgresProjectionStore
+from keel_stream.store.projection_state import ProjectionStore
 from keel_stream.topics.admin import high_water_marks
 from keel_stream.topics.catalog import CATALOG, EVENTS
 
@@ -85,9 +84,9 @@ async def _topics(bootstrap: str | None, prefix: str) -> tuple[list[TopicRow], s
 
 
 async def _generations(
-    store: PostgresProjectionStore, highs: dict[int, int] | None, topic: str
+    store: ProjectionStore, highs: dict[int, int] | None, topic: str
 ) -> list[GenerationRow]:
-    parked = await parked_for(store).counts()
+    parked = await store.parked().counts()
     rows = []
     for g in await store.generations():
         offsets = await store.offsets(g.projection, g.generation, topic)
@@ -116,7 +115,7 @@ async def _generations(
 
 async def gather(
     reader: OpsReader,
-    store: PostgresProjectionStore,
+    store: ProjectionStore,
     tenant: str,
     bootstrap: str | None,
     prefix: str,
