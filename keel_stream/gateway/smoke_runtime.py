@@ -16,9 +16,9 @@ from typing import Any
 import httpx
 import orjson
 
-from keel_stream.gateway import pidfiles
-from keel_stream.gateway.pidfiles import proc_stat
+from keel_stream import procs
 from keel_stream.kafka.broker import free_port
+from keel_stream.procs import proc_stat
 
 __all__ = ["Runtime", "SmokeFailed", "group_members", "processes_with", "until"]
 
@@ -52,14 +52,14 @@ def processes_with(marker: str) -> list[int]:
         except OSError:
             continue
         stat = proc_stat(int(entry.name))
-        if marker.encode() in cmdline and stat is not None and stat.state not in ("Z", "X"):
+        if marker.encode() in cmdline and stat is not None and stat.live:
             found.append(stat.pid)
     return found
 
 
 def group_members(pgids: set[int]) -> list[int]:
     """Live (non-zombie) processes in any of the process groups ``pgids``."""
-    return [stat.pid for pgid in sorted(pgids) for stat in pidfiles.group_members(pgid)]
+    return [stat.pid for pgid in sorted(pgids) for stat in procs.group_members(pgid)]
 
 
 def pgid_of(pid: int) -> int:

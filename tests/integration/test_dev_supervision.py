@@ -24,10 +24,10 @@ import pytest
 
 from keel_stream.dev.children import Restarts
 from keel_stream.dev.components import child_environment, metrics_ports
-from keel_stream.dev.procs import Proc, describe_exit, wait_gone
 from keel_stream.errors import InvalidSetting
 from keel_stream.kafka.partitions import topic_partitions
 from keel_stream.kernel import CommitRequest
+from keel_stream.procs import Proc, describe_exit, wait_gone
 from keel_stream.settings import KeelSettings
 from keel_stream.store import PostgresLedger, pooled
 from keel_stream.topics.catalog import CATALOG
