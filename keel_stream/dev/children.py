@@ -25,8 +25,8 @@ from typing import Final
 
 import structlog
 
-from keel_stream.backoff import Backoff
 from keel_stream.procs import describe_exit, die_with_parent
+from keel_stream.retry import Backoff
 
 __all__ = [
     "RESTART_INITIAL_S",

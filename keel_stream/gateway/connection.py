@@ -19,7 +19,6 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
-from keel_stream.backoff import Backoff
 from keel_stream.gateway.audit import AuditLog
 from keel_stream.gateway.client import GatewayClient
 from keel_stream.gateway.errors import ActivationRefused, BackendUnavailable, GatewayError
@@ -29,6 +28,7 @@ from keel_stream.gateway.pidfiles import PidRegistry
 from keel_stream.gateway.protocol import Event, ProviderKind
 from keel_stream.gateway.transport import StdioTransport, Transport
 from keel_stream.logs import get_logger
+from keel_stream.retry import Backoff
 from keel_stream.tenancy.document import (
     ProviderSpec,
     minimal_env,

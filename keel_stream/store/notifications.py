@@ -10,9 +10,9 @@ from collections.abc import Callable
 
 import asyncpg
 
-from keel_stream.backoff import Backoff
 from keel_stream.errors import KeelError
 from keel_stream.logs import get_logger
+from keel_stream.retry import Backoff
 from keel_stream.store.driver_errors import translated
 
 __all__ = ["Listener"]

@@ -25,7 +25,6 @@ from typing import Any, Final
 import orjson
 from pydantic import ValidationError
 
-from keel_stream.backoff import Backoff
 from keel_stream.gateway.client import GatewayClient
 from keel_stream.gateway.connection import build_transport
 from keel_stream.gateway.errors import (
@@ -39,6 +38,7 @@ from keel_stream.gateway.protocol import Method, ProviderKind, ToolCallParams, T
 from keel_stream.gateway.protocol import ToolSpec as ProvidedTool
 from keel_stream.gateway.transport import Transport
 from keel_stream.logs import get_logger
+from keel_stream.retry import Backoff
 from keel_stream.tenancy.document import ToolSpec
 from keel_stream.tenancy.errors import InvalidConfig
 
@@ -97,7 +97,7 @@ class ToolConnection:
         self.tools: tuple[ProvidedTool, ...] = ()
         self._environ = environ
         self._clock = clock
-        self._backoff = Backoff(initial=0.25, maximum=30.0)
+        self._backoff = Backoff(initial_s=0.25, maximum_s=30.0)
         self._retry_at = 0.0
         self._closed = False
         self._opened = False

@@ -13,6 +13,7 @@ import httpx
 import pytest
 from structlog.testing import capture_logs
 
+from keel_stream.retry import RetryPolicy
 from keel_stream.worker.providers import (
     FakeProvider,
     Finish,
@@ -20,7 +21,6 @@ from keel_stream.worker.providers import (
     ProviderEvent,
     ProviderFailed,
     ProviderRequest,
-    RetryPolicy,
     TextDelta,
     ToolCall,
 )
@@ -29,7 +29,7 @@ from keel_stream.worker.providers.retry import retry_after_s
 from keel_stream.worker.tools import TOOLS
 from tests.support.chat_server import Fault, chat_server
 
-FAST = RetryPolicy(max_attempts=3, base_s=0.01, cap_s=0.05, max_retry_after_s=5)
+FAST = RetryPolicy(attempts=3, initial_s=0.01, maximum_s=0.05, max_retry_after_s=5)
 ANSWER = [TextDelta("you said: "), TextDelta("hi"), Finish("end_turn", {"input": 7, "output": 3})]
 CONTEXT: list[dict[str, Any]] = [
     {"role": "user", "content": "please lookup x"},
@@ -155,7 +155,7 @@ async def test_retry_after_beyond_the_limit_fails_at_once() -> None:
 
 
 async def test_429_and_5xx_are_retried_with_backoff() -> None:
-    retry = RetryPolicy(max_attempts=6, base_s=0.01, cap_s=0.05)
+    retry = RetryPolicy(attempts=6, initial_s=0.01, maximum_s=0.05)
     async with chat_server() as (url, server):
         server.faults.extend(Fault(status=s) for s in (429, 500, 502, 503, 504))
         events = await _events(_provider(url, retry))
@@ -163,11 +163,11 @@ async def test_429_and_5xx_are_retried_with_backoff() -> None:
     assert len(server.requests) == 6
 
 
-def test_backoff_is_exponential_with_full_jitter_and_capped() -> None:
-    policy = RetryPolicy(base_s=0.5, cap_s=4)
+def test_backoff_is_exponential_with_jitter_and_capped() -> None:
+    policy = RetryPolicy(attempts=7, initial_s=0.5, maximum_s=4)
     assert [policy.backoff_s(n, rng=lambda: 1.0) for n in range(1, 7)] == [0.5, 1, 2, 4, 4, 4]
-    assert policy.backoff_s(3, rng=lambda: 0.0) == 0.0
-    assert policy.backoff_s(3, rng=lambda: 0.25) == 0.5
+    assert policy.backoff_s(3, rng=lambda: 0.0) == pytest.approx(1.6)  # a fifth off at most
+    assert policy.backoff_s(3, rng=lambda: 0.5) == pytest.approx(1.8)
 
 
 async def test_retries_give_up_after_max_attempts() -> None:

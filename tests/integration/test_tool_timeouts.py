@@ -17,6 +17,7 @@ import asyncpg
 import pytest
 
 from keel_stream.kernel import CommitRequest, Event
+from keel_stream.retry import RetryPolicy
 from keel_stream.store import PostgresLedger
 from keel_stream.worker.limits import StreamLimits
 from keel_stream.worker.providers import (
@@ -24,7 +25,6 @@ from keel_stream.worker.providers import (
     OpenAIProvider,
     ProviderEvent,
     ProviderRequest,
-    RetryPolicy,
     TextDelta,
 )
 from tests.support.workers import log_of, settled, worker_task
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.usefixtures("one_summary_per_attempt")
 
 GUARD_S = 30.0
 """How long a stream may take before the test counts it as hung (today's main hangs)."""
-FAST_RETRY = RetryPolicy(max_attempts=3, base_s=0.01, cap_s=0.05)
+FAST_RETRY = RetryPolicy(attempts=3, initial_s=0.01, maximum_s=0.05)
 
 
 async def say(ledger: PostgresLedger, text: str) -> None:

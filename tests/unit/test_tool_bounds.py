@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from keel_stream.gateway.jsonrpc import Message, Request
 from keel_stream.gateway.protocol import Method
 from keel_stream.gateway.transport import Transport
+from keel_stream.retry import RetryPolicy
 from keel_stream.settings import KeelSettings
 from keel_stream.tenancy.document import ToolSpec
 from keel_stream.worker.limits import StreamLimits, ToolLimits
@@ -29,7 +30,7 @@ from keel_stream.worker.providers import (
 )
 from keel_stream.worker.providers.base import json_object
 from keel_stream.worker.providers.chat_wire import ChatStream
-from keel_stream.worker.providers.retry import Failure, RetryPolicy, retry_pause
+from keel_stream.worker.providers.retry import Failure, retry_pause
 from keel_stream.worker.tool_arguments import ArgumentsCheck, SchemaError, non_finite
 from keel_stream.worker.tool_providers import ProviderConnection, ToolProviders
 from keel_stream.worker.toolbox import Toolbox
@@ -307,5 +308,5 @@ async def test_a_fake_stream_within_its_limits_is_whole() -> None:
 
 async def test_no_retry_pause_outlasts_the_requests_budget() -> None:
     failure = Failure("HTTP 503", 503, retriable=True, retry_after_s=5.0)
-    policy = RetryPolicy(max_attempts=4, max_retry_after_s=30)
+    policy = RetryPolicy(attempts=4, max_retry_after_s=30)
     assert not await asyncio.wait_for(retry_pause(policy, failure, 1, budget_s=1.0), GUARD_S)

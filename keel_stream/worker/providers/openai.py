@@ -21,6 +21,7 @@ from typing import Any, Final
 import httpx
 from httpx_sse import aconnect_sse
 
+from keel_stream.retry import RetryPolicy
 from keel_stream.worker.limits import StreamLimits
 from keel_stream.worker.providers.base import (
     Finish,
@@ -38,14 +39,15 @@ from keel_stream.worker.providers.chat_wire import (
     to_chat_messages,
 )
 from keel_stream.worker.providers.retry import (
+    PROVIDER_RETRY,
     Failure,
-    RetryPolicy,
+    final_error,
     http_failure,
     retry_pause,
     send_failure,
 )
 
-__all__ = ["OpenAIProvider", "RetryPolicy", "to_chat_messages"]
+__all__ = ["OpenAIProvider", "to_chat_messages"]
 
 _CONNECT_S: Final = 60.0
 _SUMMARY_INSTRUCTION: Final = (
@@ -71,7 +73,7 @@ class OpenAIProvider:
         self.model = model
         self._url = f"{base_url.rstrip('/')}/chat/completions"
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._retry = retry or RetryPolicy()
+        self._retry = retry or PROVIDER_RETRY
         self._limits = limits or StreamLimits.from_environment()
         # httpx's own timeouts: connect, write, and each read (a silence even between bytes).
         self._timeout = httpx.Timeout(
@@ -109,7 +111,7 @@ class OpenAIProvider:
                     # The caller already has part of an answer: a retry would repeat it.
                     failure = dataclasses.replace(failure, retriable=False)
                 if not await retry_pause(self._retry, failure, attempt, deadline.remaining()):
-                    error = self._retry.final_error(failure, attempt)
+                    error = final_error(self._retry, failure, attempt)
                     yield Finish(
                         "error",
                         error=error,
@@ -175,7 +177,7 @@ class OpenAIProvider:
                 if isinstance(result, str):
                     return result
                 if not await retry_pause(self._retry, result, attempt, deadline.remaining()):
-                    error = self._retry.final_error(result, attempt)
+                    error = final_error(self._retry, result, attempt)
                     raise ProviderFailed(f"summarize: {error}", permanent=result.permanent)
 
     async def _complete_once(
