@@ -109,3 +109,27 @@ def test_only_the_store_imports_the_database_driver() -> None:
             if any(n.split(".")[0] in DRIVERS or n.startswith(private) for n in names):
                 outside.append(f"{relative}:{node.lineno}")
     assert not outside, "SQL has one door, keel_stream/store/: " + ", ".join(outside)
+
+
+# Where the process environment is read besides settings.py, and why (entry points aside).
+_ENVIRONMENT_READERS = {
+    # The command of the external smoke (python -m keel_stream.gateway.smoke): its own edge.
+    "keel_stream/gateway/smoke.py",
+    # The text of a script run in a tool server's child process, which empties its environment.
+    "keel_stream/worker/mcp_connection.py",
+    # XDG_CACHE_HOME and JAVA_HOME: the platform's variables, for the Apache Kafka build of dev.
+    "keel_stream/kafka/apache_resolve.py",
+}
+
+
+def test_only_settings_reads_the_environment() -> None:
+    reads = re.compile(r"os\.environ|getenv|KeelSettings\(\)")
+    readers = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in _product_files()
+        if str(path.relative_to(ROOT)) not in {"keel_stream/settings.py", *_ENVIRONMENT_READERS}
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if reads.search(line)
+    ]
+    assert not readers, "settings are built once at the edge and passed in: " + str(readers)
+

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -67,7 +66,9 @@ class ConnectionHooks:
     on_lost: Callable[[str], Awaitable[None]] | None = None
     on_up: Callable[[GatewayClient, bool], Awaitable[None]] | None = None
     """Called after every successful initialize; the flag says whether it is a reconnect."""
-    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    environ: Mapping[str, str] = field(default_factory=dict)
+    """What `${NAME}`/`env:NAME` references read: the process environment, passed in at the
+    edge; empty by default."""
     audit: AuditLog | None = None
     """Where stdio spawns, budget refusals and reclaims are recorded."""
     registry: PidRegistry | None = None

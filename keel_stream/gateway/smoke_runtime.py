@@ -3,7 +3,6 @@ process, the CLI, and the processes the runtime spawned (found through /proc).""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -19,6 +18,7 @@ import orjson
 from keel_stream import procs
 from keel_stream.kafka.broker import free_port
 from keel_stream.procs import proc_stat
+from keel_stream.settings import process_environ
 
 __all__ = ["Runtime", "SmokeFailed", "group_members", "processes_with", "until"]
 
@@ -84,7 +84,7 @@ class Runtime:
     @property
     def env(self) -> dict[str, str]:
         return {
-            **os.environ,
+            **process_environ(),
             "KEEL_DATABASE_URL": self.database_url,
             "KEEL_EXTERNAL_CONFIG": str(self.boot_config),
             "KEEL_DATA_DIR": str(self.data_dir),

@@ -12,7 +12,6 @@ KEEL_PLUGINS_ENABLED set, only the distributions it lists load; the others are r
 from __future__ import annotations
 
 import functools
-import os
 import re
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
@@ -28,12 +27,10 @@ from keel_stream.plugins.model import (
     PluginTool,
     Status,
 )
-from keel_stream.settings import env_var
 from keel_stream.worker.tool_arguments import ArgumentsCheck, SchemaError
 
 __all__ = [
     "BUILTIN_PROVIDERS",
-    "ENABLED_VAR",
     "PluginCatalog",
     "active_plugins",
     "enabled_from",
@@ -43,7 +40,6 @@ __all__ = [
     "stop_using_plugins",
 ]
 
-ENABLED_VAR: Final = env_var("plugins_enabled")
 BUILTIN_PROVIDERS: Final = frozenset({"openai", "fake"})
 TOOL_NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _UNKNOWN: Final = "(no distribution)"
@@ -187,12 +183,13 @@ def load_plugins(
 
 
 @functools.cache
-def plugin_catalog() -> PluginCatalog:
+def plugin_catalog(enabled: str | None) -> PluginCatalog:
     """The process's plugins, loaded once (at start, or at first use), with the built-in tool
-    names reserved and KEEL_PLUGINS_ENABLED applied."""
+    names reserved and the allowlist applied (``enabled``: the setting plugins_enabled,
+    KEEL_PLUGINS_ENABLED, as the command read it)."""
     from keel_stream.worker.tools import TOOLS
 
-    catalog = load_plugins(enabled_from(os.environ.get(ENABLED_VAR)), TOOLS)
+    catalog = load_plugins(enabled_from(enabled), TOOLS)
     get_logger("plugins").info(
         "plugins loaded",
         plugins={name: str(report.status) for name, report in catalog.reports.items()},
@@ -203,11 +200,12 @@ def plugin_catalog() -> PluginCatalog:
 _active: list[PluginCatalog] = []
 
 
-def load_at_start() -> PluginCatalog:
-    """Load the process's plugins and put them to use (a worker's start): from now on the
-    toolbox offers their tools and model settings may name their providers. A process that
-    never calls it (a library user, a unit test) runs without plugins."""
-    catalog = plugin_catalog()
+def load_at_start(enabled: str | None) -> PluginCatalog:
+    """Load the process's plugins (``enabled``: the setting plugins_enabled) and put them to use
+    (a worker's start): from now on the toolbox offers their tools and model settings may name
+    their providers. A process that never calls it (a library user, a unit test) runs without
+    plugins."""
+    catalog = plugin_catalog(enabled)
     _active[:] = [catalog]
     return catalog
 

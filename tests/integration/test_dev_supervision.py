@@ -78,7 +78,7 @@ def test_children_get_the_settings_dev_resolved_and_metrics_ports_of_their_own(
     monkeypatch.setenv("KEEL_RELAY_SHARDS", "4")
     monkeypatch.setenv("KEEL_EXTERNAL_CONFIG", "/etc/keel.json")
     settings = KeelSettings(worker_slots=3, topic_prefix="t.")
-    env = child_environment(settings, "postgresql://db", "127.0.0.1:9", 8123)
+    env = child_environment(settings, "postgresql://db", "127.0.0.1:9", 8123, os.environ)
     assert env["KEEL_DATABASE_URL"] == "postgresql://db"
     assert env["KEEL_KAFKA_BOOTSTRAP"] == "127.0.0.1:9"
     assert env["KEEL_API_PORT"] == "8123"

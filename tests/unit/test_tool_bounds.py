@@ -34,7 +34,7 @@ from keel_stream.worker.providers.retry import Failure, retry_pause
 from keel_stream.worker.tool_arguments import ArgumentsCheck, SchemaError, non_finite
 from keel_stream.worker.tool_providers import ProviderConnection, ToolProviders
 from keel_stream.worker.toolbox import Toolbox
-from keel_stream.worker.tools import run_tool
+from keel_stream.worker.tools import BuiltinContext, run_tool
 from tests.support.tool_transports import LoopbackTransport
 
 GUARD_S = 10.0
@@ -67,10 +67,9 @@ async def test_sleep_refuses_what_it_must_not_wait_for(arguments: Any, why: str)
     assert text == f"invalid arguments for tool 'sleep' (it was not run): {why}"
 
 
-async def test_a_refused_call_is_not_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_refused_call_is_not_run(tmp_path: Path) -> None:
     notes = tmp_path / "notes.txt"
-    monkeypatch.setenv("KEEL_TOOL_NOTES_FILE", str(notes))
-    toolbox = Toolbox(limits=ToolLimits(timeout_s=GUARD_S))
+    toolbox = Toolbox(limits=ToolLimits(timeout_s=GUARD_S), builtins=BuiltinContext(notes))
     text, is_error = await run(toolbox, "note", {"text": "x", "sleep_ms": math.nan})
     assert is_error
     assert "arguments.sleep_ms is nan, not a finite number" in text
@@ -159,13 +158,23 @@ def test_limits_are_finite_and_positive() -> None:
                 KeelSettings.model_validate({setting: bad_text})
 
 
-def test_limits_are_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_limits_are_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KEEL_TOOL_TIMEOUT_S", "2.5")
     monkeypatch.setenv("KEEL_PROVIDER_STALL_TIMEOUT_S", "7")
     monkeypatch.setenv("KEEL_PROVIDER_REQUEST_TIMEOUT_S", "90")
-    assert ToolLimits.from_environment() == ToolLimits(2.5)
-    assert StreamLimits.from_environment() == StreamLimits(7.0, 90.0)
-    assert Toolbox().timeout_s("sleep") == 2.5
+    settings = KeelSettings()
+    assert ToolLimits.from_settings(settings) == ToolLimits(2.5)
+    assert StreamLimits.from_settings(settings) == StreamLimits(7.0, 90.0)
+    assert Toolbox(limits=ToolLimits.from_settings(settings)).timeout_s("sleep") == 2.5
+
+
+def test_a_component_given_no_limits_never_reads_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("KEEL_TOOL_TIMEOUT_S", "2.5")
+    monkeypatch.setenv("KEEL_PROVIDER_STALL_TIMEOUT_S", "7")
+    assert Toolbox().timeout_s("sleep") == ToolLimits().timeout_s
+    assert FakeProvider()._limits == StreamLimits()
 
 
 class SilentTools:

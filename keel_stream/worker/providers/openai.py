@@ -74,7 +74,7 @@ class OpenAIProvider:
         self._url = f"{base_url.rstrip('/')}/chat/completions"
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._retry = retry or PROVIDER_RETRY
-        self._limits = limits or StreamLimits.from_environment()
+        self._limits = limits or StreamLimits()
         # httpx's own timeouts: connect, write, and each read (a silence even between bytes).
         self._timeout = httpx.Timeout(
             timeout_s or _CONNECT_S, read=timeout_s or self._limits.stall_s
