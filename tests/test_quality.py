@@ -133,3 +133,10 @@ def test_only_settings_reads_the_environment() -> None:
     ]
     assert not readers, "settings are built once at the edge and passed in: " + str(readers)
 
+
+def test_no_dead_code_in_the_product() -> None:
+    # pyproject.toml's [tool.vulture]: the tree, tests and benchmarks count as users; what only
+    # a framework reads is in vulture_whitelist.py.
+    result = _run("vulture")
+    dead = [line for line in result.stdout.splitlines() if line.startswith("keel_stream/")]
+    assert not dead, "\n".join(dead) + result.stderr
