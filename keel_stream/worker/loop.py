@@ -252,7 +252,7 @@ class AgentLoop:
     ) -> None:
         """The tenant's settings cannot serve the request: a failed answer presents its inputs
         (so the run fails for good instead of being owed again) without asking any model."""
-        record.failed, record.permanent = True, True
+        record.failed, record.retriable = True, False
         record.stop_reason, record.error = StopReason.ERROR, error
         payload: dict[str, Any] = {
             "role": "assistant",
@@ -302,7 +302,7 @@ class AgentLoop:
             record.cancelled = True
         elif finish.stop_reason == StopReason.ERROR:
             record.failed, record.error = True, finish.error
-            record.permanent = finish.permanent
+            record.retriable = finish.retriable
             record.retry_after_s = finish.retry_after_s
             if finish.error:
                 payload["errorMessage"] = finish.error

@@ -41,7 +41,7 @@ async def test_server_error_is_a_terminal_error_after_retries() -> None:
     assert isinstance(finish, Finish)
     assert finish.stop_reason == "error"
     assert "HTTP 500" in (finish.error or "")
-    assert not finish.permanent
+    assert finish.retriable
     assert len(server.requests) == 2
 
 

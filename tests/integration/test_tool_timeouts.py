@@ -213,7 +213,7 @@ async def test_a_stream_that_stalls_after_text_ends_the_answer_with_a_retriable_
     assert events[0] == TextDelta("all ")
     finish = events[-1]
     assert isinstance(finish, Finish)
-    assert (finish.stop_reason, finish.permanent) == ("error", False)
+    assert (finish.stop_reason, finish.retriable) == ("error", True)
     assert finish.error == "the stream stalled: nothing for 0.3 s"
     assert server.requests == 1, "text was streamed already: no retry within the request"
 
@@ -224,7 +224,7 @@ async def test_a_stream_that_never_finishes_is_cut_at_the_total_bound() -> None:
         events = await events_of(provider(url, stall_s=5, total_s=0.5))
     finish = events[-1]
     assert isinstance(finish, Finish)
-    assert (finish.stop_reason, finish.permanent) == ("error", False)
+    assert (finish.stop_reason, finish.retriable) == ("error", True)
     assert finish.error == "no complete answer within 0.5 s"
     assert server.requests == 1
 

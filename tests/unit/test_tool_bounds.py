@@ -293,7 +293,7 @@ async def test_a_fake_stream_that_stalls_is_cut_with_a_retriable_error() -> None
     assert isinstance(finish, Finish)
     assert finish.stop_reason == "error"
     assert finish.error == "fake provider: the stream stalled: nothing for 0.2 s"
-    assert not finish.permanent
+    assert finish.retriable
 
 
 async def test_a_fake_stream_that_runs_too_long_is_cut() -> None:
@@ -302,7 +302,7 @@ async def test_a_fake_stream_that_runs_too_long_is_cut() -> None:
     finish = events[-1]
     assert isinstance(finish, Finish)
     assert finish.error == "fake provider: no complete answer within 0.3 s"
-    assert not finish.permanent
+    assert finish.retriable
     assert all(isinstance(e, TextDelta) for e in events[:-1])
     assert len(events) < 50
 

@@ -2,7 +2,8 @@
 
 A request that fails before any text reached the caller is retried (HTTP 408/409/429/5xx,
 transport errors, a stream cut before its `[DONE]`) with backoff; once text was streamed a
-failure ends the answer. Other 4xx are permanent: no retry, `Finish.permanent`. Giving up on a
+failure ends the answer. Other 4xx are deterministic: no retry, `Finish.retriable` false.
+Giving up on a
 failure that asked to wait (Retry-After) reports the wait (`Finish.retry_after_s`): the run's
 next attempt is not claimed before it has passed.
 
@@ -115,7 +116,7 @@ class OpenAIProvider:
                     yield Finish(
                         "error",
                         error=error,
-                        permanent=failure.permanent,
+                        retriable=failure.run_retriable,
                         retry_after_s=failure.retry_after_s,
                     )
                     return
@@ -178,7 +179,7 @@ class OpenAIProvider:
                     return result
                 if not await retry_pause(self._retry, result, attempt, deadline.remaining()):
                     error = final_error(self._retry, result, attempt)
-                    raise ProviderFailed(f"summarize: {error}", permanent=result.permanent)
+                    raise ProviderFailed(f"summarize: {error}", retriable=result.run_retriable)
 
     async def _complete_once(
         self, client: httpx.AsyncClient, body: Mapping[str, Any], deadline: Deadline

@@ -37,8 +37,10 @@ class Failure:
     error: str
     status: int | None = None
     retriable: bool = False
-    permanent: bool = False
-    """Deterministic (an HTTP 4xx other than 408/409/429): fail the run without retries."""
+    """This request may pass if sent again (a transport error, 408/409/429, 5xx)."""
+    run_retriable: bool = True
+    """False when deterministic (an HTTP 4xx other than 408/409/429, a bad URL): the run fails
+    without retries; a failure not retried here may still pass on the run's next attempt."""
     retry_after_s: float | None = None
     """What the server asked us to wait (Retry-After, retry-after-ms)."""
 
@@ -71,7 +73,7 @@ async def retry_pause(
             status=failure.status,
             error=final_error(policy, failure, attempt),
             attempt=attempt,
-            permanent=failure.permanent,
+            retriable=failure.run_retriable,
         )
         return False
     log.warning(
@@ -116,14 +118,14 @@ async def http_failure(response: httpx.Response) -> Failure:
     error = f"HTTP {status}: {head[:_BODY_LIMIT].decode('utf-8', 'replace')}"
     if status in _RETRIABLE_4XX or status >= 500:
         return Failure(error, status, retriable=True, retry_after_s=retry_after_s(response.headers))
-    return Failure(error, status, permanent=400 <= status < 500)
+    return Failure(error, status, run_retriable=not 400 <= status < 500)
 
 
 def send_failure(exc: httpx.HTTPError | httpx.InvalidURL) -> Failure:
     """A failure to get a response at all: transport errors are retried, a bad URL is not."""
     error = f"{exc.__class__.__name__}: {exc}" if str(exc) else exc.__class__.__name__
     if isinstance(exc, httpx.InvalidURL | httpx.UnsupportedProtocol):
-        return Failure(error, permanent=True)
+        return Failure(error, run_retriable=False)
     if isinstance(exc, SSEError):
         return Failure(error)
     return Failure(error, retriable=isinstance(exc, httpx.TransportError))
