@@ -25,12 +25,12 @@ from typing import Final
 import httpx
 
 from keel_stream.dev.postgres import EmbeddedPostgres
-from keel_stream.dev.procs import die_with_parent
 from keel_stream.dev.readiness import Readiness, wait_projector_live
 from keel_stream.dev.resume import align_with_broker
 from keel_stream.kafka.apache import ApacheKafka
 from keel_stream.kafka.apache_resolve import unavailable
 from keel_stream.kafka.broker import EmbeddedBroker, free_port
+from keel_stream.procs import die_with_parent
 from keel_stream.store import pooled
 from keel_stream.topics.admin import apply_catalog
 from keel_stream.topics.groups import projector_group

@@ -64,7 +64,7 @@ async def one_line(providers: ToolProviders, tenant: str, spec: ToolSpec, bound_
 async def measure(lines: int, line_bytes: int, limit: int, bound_s: float) -> dict[str, Any]:
     marker = f"KEEL_BENCH_MARK_{os.getpid()}"
     spec = declaration(line_bytes, marker)
-    providers = ToolProviders(max_line_bytes=limit)
+    providers = ToolProviders(os.environ, max_line_bytes=limit)
     gc.collect()
     before = rss_mb()
     started = time.monotonic()

@@ -9,7 +9,6 @@ any escape sequence in a value (a colored message of some library) is removed.
 from __future__ import annotations
 
 import logging
-import os
 import re
 import sys
 from collections.abc import Mapping, MutableMapping
@@ -17,8 +16,6 @@ from typing import Any, Final, Literal
 
 import structlog
 from structlog.types import Processor
-
-from keel_stream.settings import env_var
 
 __all__ = [
     "ROUTED_LOGGERS",
@@ -35,7 +32,6 @@ ROUTED_LOGGERS: Final = ("uvicorn", "uvicorn.access", "faust", "mode", "asyncio"
 """Standard-library loggers that log through our pipeline (their children propagate to them)."""
 
 _ANSI: Final = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
-_FORMATS: Final[dict[str, LogFormat]] = {"json": "json", "console": "console"}
 _handler: logging.Handler | None = None
 
 
@@ -48,20 +44,13 @@ def _strip_escapes(
     return event_dict
 
 
-def _format_from_environment() -> LogFormat:
-    # KeelSettings validates the variable for every command; a bad value never gets here.
-    value = os.environ.get(env_var("log_format"), "").strip().lower()
-    return _FORMATS.get(value, "auto")
-
-
-def _renders_json(log_format: LogFormat | None) -> bool:
-    chosen = log_format or _format_from_environment()
-    if chosen == "auto":
+def _renders_json(log_format: LogFormat) -> bool:
+    if log_format == "auto":
         return not sys.stderr.isatty()
-    return chosen == "json"
+    return log_format == "json"
 
 
-def _rendering(as_json: bool) -> list[Processor]:
+def _rendering(as_json: bool, no_color: str | None) -> list[Processor]:
     """The last processors: exceptions formatted, then the line rendered."""
     if as_json:
         return [
@@ -69,7 +58,7 @@ def _rendering(as_json: bool) -> list[Processor]:
             _strip_escapes,
             structlog.processors.JSONRenderer(),
         ]
-    if sys.stderr.isatty() and not os.environ.get("NO_COLOR"):
+    if sys.stderr.isatty() and not no_color:
         return [structlog.dev.ConsoleRenderer(colors=True)]
     # Off a terminal: no colors, neither in values nor in tracebacks (rich's would honour
     # FORCE_COLOR).
@@ -79,9 +68,12 @@ def _rendering(as_json: bool) -> list[Processor]:
     return [_strip_escapes, plain]
 
 
-def configure_logging(level: str = "info", log_format: LogFormat | None = None) -> None:
-    """Lines on stderr: JSON, or key=value on a terminal (`log_format` auto; None: as
-    KEEL_LOG_FORMAT says); the standard library's ROUTED_LOGGERS write the same lines."""
+def configure_logging(
+    level: str = "info", log_format: LogFormat = "auto", no_color: str | None = None
+) -> None:
+    """Lines on stderr: JSON, or key=value on a terminal (`log_format` auto), colored unless
+    `no_color` (NO_COLOR) is set; the standard library's ROUTED_LOGGERS write the same lines.
+    The command passes its settings' log_format and no_color."""
     global _handler
     threshold = logging.getLevelName(level.upper())
     shared: list[Processor] = [
@@ -89,7 +81,7 @@ def configure_logging(level: str = "info", log_format: LogFormat | None = None) 
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
-    rendering = _rendering(_renders_json(log_format))
+    rendering = _rendering(_renders_json(log_format), no_color)
     structlog.configure(
         processors=[*shared, *rendering],
         wrapper_class=structlog.make_filtering_bound_logger(threshold),

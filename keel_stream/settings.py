@@ -1,19 +1,32 @@
-"""Settings from KEEL_* environment variables (and flags that override them)."""
+"""Settings from KEEL_* environment variables (and flags that override them).
+
+The one module that reads the process environment: the command line builds KeelSettings once,
+at its edge, and passes it (or the values taken from it) in. `process_environ` is the
+environment itself, for what reads variables by a name the user chose: the `${NAME}`/`env:NAME`
+secret references of tenant documents (keel_stream.tenancy.document.resolve) and the
+environment dev's children inherit."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["ENV_PREFIX", "KeelSettings", "LogLevel", "ProviderName", "env_var"]
+__all__ = ["ENV_PREFIX", "KeelSettings", "LogLevel", "ProviderName", "env_var", "process_environ"]
 
 ENV_PREFIX = "KEEL_"
 
 LogLevel = Literal["debug", "info", "warning", "error", "critical"]
 ProviderName = Literal["fake", "openai"]
+
+
+def process_environ() -> Mapping[str, str]:
+    """The process environment (a live view), read at the edge and passed in."""
+    return os.environ
 
 
 def env_var(field: str) -> str:
@@ -135,6 +148,18 @@ class KeelSettings(BaseSettings):
     plugins_enabled: str | None = None
     """Distributions (comma-separated) whose plugins load; unset: every installed one
     (docs/plugins.md)."""
+    external_config: Path | None = None
+    """The runtime's boot document: the tenant document of tenants with none stored
+    (docs/external.md)."""
+    tool_notes_file: Path | None = None
+    """Where the built-in `note` tool appends its lines (docs/runtime.md); unset: it fails."""
+    no_color: str | None = Field(default=None, validation_alias="NO_COLOR")
+    """NO_COLOR (no-color.org, no KEEL_ prefix): set and not empty, console logs have no colors."""
+
+    @field_validator("external_config", "tool_notes_file", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
 
     @field_validator("log_level", "log_format", mode="before")
     @classmethod

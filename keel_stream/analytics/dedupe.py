@@ -25,7 +25,3 @@ class SeqDeduplicator:
             return False
         self._last[key] = seq
         return True
-
-    def gap_before(self, tenant: str, session: str, seq: int) -> range:
-        """The seqs missing between the session's last admitted seq and this one."""
-        return range(self._last.get((tenant, session), 0) + 1, seq)

@@ -6,7 +6,6 @@ module builds the app and owns the process's services (created at start-up, clos
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -40,11 +39,10 @@ from keel_stream.gateway.event_rate import EventLimits
 from keel_stream.hooks.egress import EgressPolicy
 from keel_stream.hooks.service import HookService, tenant_hosts
 from keel_stream.readmodels import ReadModels
-from keel_stream.settings import KeelSettings
 from keel_stream.store import Database, Ledger, open_store
 from keel_stream.store.external_sessions import ExternalSessions
 from keel_stream.store.tenant_configs import TenantConfigs
-from keel_stream.tenancy.document import TenantConfig, load_boot_config
+from keel_stream.tenancy.document import TenantConfig
 from keel_stream.triggers.service import TriggerService
 from keel_stream.worker.agent_settings import TenantConfigCache
 
@@ -64,6 +62,7 @@ def _external_agents(
         sessions,
         configs,
         boot,
+        environ=config.environ,
         data_dir=config.data_dir,
         max_line_bytes=config.rpc_max_line_bytes,
         event_limits=EventLimits(limits.backend_events_per_second, limits.backend_flood_grace_s),
@@ -107,8 +106,8 @@ def _services(config: ApiConfig, store: Database) -> Services:
     """Everything a request may use, on one store; the caller starts and stops what runs."""
     ledger = store.ledger()
     configs = store.tenant_configs()
-    boot = config.boot_config or load_boot_config(os.environ)
-    settings = KeelSettings()
+    boot = config.boot_config
+    settings = config.settings
     return Services(
         ledger=ledger,
         sessions=store.sessions(),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -32,6 +32,7 @@ from keel_stream.gateway.jsonrpc import DEFAULT_MAX_LINE_BYTES
 from keel_stream.hooks.service import HookService
 from keel_stream.kernel import StateOwner, check_identifier
 from keel_stream.readmodels import ReadModels
+from keel_stream.settings import KeelSettings
 from keel_stream.store import Ledger, ProjectionStore, Runs
 from keel_stream.store.deadlines import Deadlines
 from keel_stream.store.keys import KeyStore
@@ -81,16 +82,21 @@ class ApiConfig:
     draining: asyncio.Event = field(default_factory=asyncio.Event)
     """Set when the process drains (SIGTERM): streams send what is unread, then `drain`."""
     boot_config: TenantConfig | None = None
-    """The runtime's own configuration document; None: read KEEL_EXTERNAL_CONFIG at start."""
+    """The runtime's own configuration document (KEEL_EXTERNAL_CONFIG, read at the edge)."""
     data_dir: Path = Path(".keel")
     """KEEL_DATA_DIR: the gateway's audit file and pidfiles live under it."""
     rpc_max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
     """KEEL_RPC_MAX_LINE_BYTES: the largest message an external backend may send."""
-    limits: ApiLimits = field(default_factory=ApiLimits.from_environment)
-    tenant_limits: TenantLimits = field(default_factory=TenantLimits.from_environment)
+    limits: ApiLimits = field(default_factory=ApiLimits)
+    """Body size, header and body deadlines, connections (KEEL_API_*: api_config)."""
+    tenant_limits: TenantLimits = field(default_factory=TenantLimits)
     clock: Callable[[], datetime] = field(default=utc_now)
     """Now, for decisions' expiry (tests move it forward a day)."""
-    """Body size, header and body deadlines, connections (KEEL_API_* unless given)."""
+    settings: KeelSettings = field(kw_only=True)
+    """The process's settings, built once at its edge (hooks' egress, triggers, plugins)."""
+    environ: Mapping[str, str] = field(kw_only=True)
+    """What `${NAME}`/`env:NAME` references of tenant documents read: the process environment,
+    passed in at the edge (keel_stream.settings.process_environ)."""
 
 
 @dataclass

@@ -16,9 +16,9 @@ import orjson
 from aiokafka import AIOKafkaConsumer
 
 from keel_stream.api.fanout import Fanout, Frame, Partial, RangeReads, Signal, Subscription, Wake
-from keel_stream.backoff import Backoff
 from keel_stream.kafka.partitions import topic_partitions
 from keel_stream.logs import get_logger
+from keel_stream.retry import Backoff
 from keel_stream.store.backend import Database
 from keel_stream.topics.catalog import PARTIALS, SSE
 

@@ -47,11 +47,6 @@ class ApiLimits:
             backlog=settings.api_backlog,
         )
 
-    @classmethod
-    def from_environment(cls) -> ApiLimits:
-        """The KEEL_API_* variables of the process (defaults where unset)."""
-        return cls.from_settings(KeelSettings())
-
 
 class _Disconnected(Exception):
     """The client went away before its body was complete."""

@@ -33,15 +33,6 @@ class DrainingServer(uvicorn.Server):
         await super().startup(sockets)
         self.ready.set()
 
-    @property
-    def bound_port(self) -> int:
-        """The port actually listened on (differs from the configured one when that is 0)."""
-        for server in self.servers:
-            for sock in server.sockets:
-                port: int = sock.getsockname()[1]
-                return port
-        return self.config.port
-
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         self._api.draining.set()
         self._on_exit()

@@ -77,10 +77,6 @@ class TenantLimits:
             backend_flood_grace_s=settings.backend_flood_grace_s,
         )
 
-    @classmethod
-    def from_environment(cls) -> TenantLimits:
-        return cls.from_settings(KeelSettings())
-
     def overridden(self, spec: LimitsSpec) -> TenantLimits:
         given = {name: value for name, value in spec if value is not None}
         return replace(self, **given)

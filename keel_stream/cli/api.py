@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 
 from keel_stream.api.server import api_server
 from keel_stream.cli.options import (
@@ -15,11 +14,12 @@ from keel_stream.cli.options import (
     require_database,
 )
 from keel_stream.cli.preflight import ensure_port_free
+from keel_stream.cli.service import Daemon
 from keel_stream.dev.components import api_config
 from keel_stream.logs import route_stdlib_logging
-from keel_stream.metrics import Component, declare
+from keel_stream.metrics import Component
+from keel_stream.settings import process_environ
 from keel_stream.store.admin import ping
-from keel_stream.tenancy.document import load_boot_config
 
 __all__ = ["PORT_HINT", "api"]
 
@@ -38,10 +38,10 @@ def api(
     )
     dsn = require_database(settings)
     ensure_port_free(settings.api_host, settings.api_port, hint=PORT_HINT)
-    config = api_config(settings, dsn, settings.kafka_bootstrap)
-    config.boot_config = load_boot_config(os.environ)  # a bad document stops the start here
-    config.data_dir = settings.data_dir
-    declare(Component.API, Component.GATEWAY)
+    # A bad boot document stops the start here.
+    config = api_config(settings, dsn, settings.kafka_bootstrap, process_environ())
+    # The API serves its metrics on /metrics; uvicorn drains open streams on SIGTERM itself.
+    Daemon(settings, (Component.API, Component.GATEWAY)).start(metrics=False)
     server = api_server(config, settings.api_host, settings.api_port)
     route_stdlib_logging()  # uvicorn has just installed its own handlers
 

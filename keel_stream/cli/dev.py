@@ -12,7 +12,7 @@ from keel_stream.cli.preflight import ensure_port_free
 from keel_stream.dev.components import metrics_ports
 from keel_stream.dev.lock import ensure_not_running
 from keel_stream.dev.supervisor import supervise
-from keel_stream.settings import env_var
+from keel_stream.settings import env_var, process_environ
 
 __all__ = ["dev"]
 
@@ -58,6 +58,6 @@ def dev(
         ensure_port_free(settings.api_host, settings.api_port, hint=PORT_HINT)
         for port in metrics_ports(settings).values():
             ensure_port_free(settings.metrics_host, port, hint=METRICS_HINT)
-    status = supervise(settings, once=once, say=typer.echo)
+    status = supervise(settings, process_environ(), once=once, say=typer.echo)
     if status:
         raise typer.Exit(code=status)

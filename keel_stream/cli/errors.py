@@ -8,7 +8,6 @@ configuration is wrong (a missing or invalid setting), 1 anything else. A traceb
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from typing import Any, Final, NoReturn
 
@@ -22,6 +21,7 @@ from keel_stream.errors import (
     MissingKafkaBootstrap,
     PortInUse,
 )
+from keel_stream.settings import process_environ
 
 __all__ = [
     "EXIT_FAILED",
@@ -76,7 +76,7 @@ def reported() -> Iterator[None]:
         variable = _environment_variable(exc)
         if variable is None:
             raise  # a bad flag: click's usage message says it best
-        fail(InvalidSetting(f"{variable}: {exc.message} (got {os.environ.get(variable)!r})"))
+        fail(InvalidSetting(f"{variable}: {exc.message} (got {process_environ().get(variable)!r})"))
 
 
 class KeelGroup(TyperGroup):

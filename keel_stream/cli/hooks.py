@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import os
-
 import typer
 
 from keel_stream.cli.options import (
@@ -15,10 +12,9 @@ from keel_stream.cli.options import (
     load_settings,
     require_database,
 )
-from keel_stream.cli.preflight import ensure_port_free
-from keel_stream.dev.signals import until_signalled
+from keel_stream.cli.service import Daemon
 from keel_stream.hooks.service import HooksConfig, run_hooks
-from keel_stream.metrics import METRICS_PORT_HINT, Component, declare, serve_metrics
+from keel_stream.metrics import Component
 from keel_stream.tenancy.document import load_boot_config
 
 __all__ = ["app"]
@@ -45,10 +41,7 @@ def run(
         settings,
         require_database(settings),
         settings.kafka_bootstrap,
-        load_boot_config(os.environ),  # hooks.allowedHosts of tenants without a document
+        # hooks.allowedHosts of tenants without a document
+        load_boot_config(settings.external_config),
     )
-    declare(Component.HOOKS)
-    if settings.metrics_port is not None:
-        ensure_port_free(settings.metrics_host, settings.metrics_port, hint=METRICS_PORT_HINT)
-        serve_metrics(settings.metrics_host, settings.metrics_port)
-    asyncio.run(until_signalled(lambda stop: run_hooks(config, stop)))
+    Daemon(settings, (Component.HOOKS,)).serve(lambda stop: run_hooks(config, stop))

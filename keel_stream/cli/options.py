@@ -132,7 +132,7 @@ def load_settings(*, use_running_dev: bool = True, **flags: Any) -> KeelSettings
         raise InvalidSetting(_describe(exc)) from None
     if use_running_dev:
         settings = _with_running_dev(settings)
-    configure_logging(settings.log_level, settings.log_format)
+    configure_logging(settings.log_level, settings.log_format, settings.no_color)
     # The Kafka client logs through the standard library with no handler of its own; Python's
     # last-resort handler would print its records as raw lines beside the command's own report
     # (the Kafka seam puts the same cause into the error). Configured handlers still get them.

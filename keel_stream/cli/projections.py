@@ -21,9 +21,8 @@ from keel_stream.cli.options import (
     require_database,
 )
 from keel_stream.cli.output import print_table
-from keel_stream.cli.preflight import ensure_port_free
+from keel_stream.cli.service import Daemon
 from keel_stream.kafka.errors import kafka_translated
-from keel_stream.metrics import METRICS_PORT_HINT
 from keel_stream.store import opened_store
 
 if TYPE_CHECKING:
@@ -53,8 +52,7 @@ def run(
         metrics_port=metrics_port,
         metrics_host=metrics_host,
     )
-    if settings.metrics_port is not None:
-        ensure_port_free(settings.metrics_host, settings.metrics_port, hint=METRICS_PORT_HINT)
+    Daemon(settings).preflight()  # the Faust worker serves its metrics and owns its signals
     run_worker(
         HostConfig(
             database_url=require_database(settings),

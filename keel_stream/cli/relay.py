@@ -18,10 +18,9 @@ from keel_stream.cli.options import (
     require_bootstrap,
     require_database,
 )
-from keel_stream.cli.preflight import ensure_port_free
+from keel_stream.cli.service import Daemon
 from keel_stream.dev.components import relay_config
-from keel_stream.dev.signals import until_signalled
-from keel_stream.metrics import METRICS_PORT_HINT, Component, declare, serve_metrics
+from keel_stream.metrics import Component
 from keel_stream.relay import Relay, RelayConfig, Shard
 from keel_stream.settings import KeelSettings
 from keel_stream.store import opened_store
@@ -46,11 +45,7 @@ def relay(
         metrics_host=metrics_host,
     )
     config = _config(settings, shard)
-    declare(Component.RELAY)
-    if settings.metrics_port is not None:
-        ensure_port_free(settings.metrics_host, settings.metrics_port, hint=METRICS_PORT_HINT)
-        serve_metrics(settings.metrics_host, settings.metrics_port)
-    asyncio.run(until_signalled(Relay.from_config(config).run))
+    Daemon(settings, (Component.RELAY,)).serve(Relay.from_config(config).run)
 
 
 def _config(settings: KeelSettings, shard: int) -> RelayConfig:

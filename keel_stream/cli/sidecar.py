@@ -53,6 +53,7 @@ def sidecar_ref(
     from keel_stream.gateway.protocol import ProviderKind
     from keel_stream.gateway.sidecar_core import SidecarOptions
     from keel_stream.gateway.sidecar_ref import run
+    from keel_stream.settings import process_environ
 
     options = SidecarOptions(
         kind=ProviderKind.AGENT if kind is Kind.agent else ProviderKind.TOOL,
@@ -69,6 +70,6 @@ def sidecar_ref(
         usage=usage,
         http_port=http,
     )
-    status = run(options)
+    status = run(options, process_environ())
     if status:
         raise typer.Exit(status)

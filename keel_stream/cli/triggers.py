@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import typer
 
 from keel_stream.cli.options import (
@@ -13,9 +11,8 @@ from keel_stream.cli.options import (
     load_settings,
     require_database,
 )
-from keel_stream.cli.preflight import ensure_port_free
-from keel_stream.dev.signals import until_signalled
-from keel_stream.metrics import METRICS_PORT_HINT, Component, declare, serve_metrics
+from keel_stream.cli.service import Daemon
+from keel_stream.metrics import Component
 from keel_stream.triggers.scheduler import SchedulerConfig, run_scheduler
 
 __all__ = ["app"]
@@ -34,8 +31,4 @@ def run(
         database_url=database_url, metrics_port=metrics_port, metrics_host=metrics_host
     )
     config = SchedulerConfig.from_settings(settings, require_database(settings))
-    declare(Component.TRIGGERS)
-    if settings.metrics_port is not None:
-        ensure_port_free(settings.metrics_host, settings.metrics_port, hint=METRICS_PORT_HINT)
-        serve_metrics(settings.metrics_host, settings.metrics_port)
-    asyncio.run(until_signalled(lambda stop: run_scheduler(config, stop)))
+    Daemon(settings, (Component.TRIGGERS,)).serve(lambda stop: run_scheduler(config, stop))

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from keel_stream.cli.options import (
     Bootstrap,
     DatabaseUrl,
@@ -12,11 +10,11 @@ from keel_stream.cli.options import (
     load_settings,
     require_database,
 )
-from keel_stream.cli.preflight import ensure_port_free
+from keel_stream.cli.service import Daemon
 from keel_stream.dev.components import worker_config
-from keel_stream.dev.signals import until_signalled
-from keel_stream.metrics import METRICS_PORT_HINT, Component, declare, serve_metrics
+from keel_stream.metrics import Component
 from keel_stream.plugins import load_at_start
+from keel_stream.settings import process_environ
 from keel_stream.worker.worker import Worker
 
 __all__ = ["worker"]
@@ -35,10 +33,10 @@ def worker(
         metrics_port=metrics_port,
         metrics_host=metrics_host,
     )
-    config = worker_config(settings, require_database(settings), settings.kafka_bootstrap)
-    declare(Component.WORKER, Component.GATEWAY)
-    if settings.metrics_port is not None:
-        ensure_port_free(settings.metrics_host, settings.metrics_port, hint=METRICS_PORT_HINT)
-        serve_metrics(settings.metrics_host, settings.metrics_port)
-    load_at_start()  # plugins' tools and providers (docs/plugins.md)
-    asyncio.run(until_signalled(Worker(config).run))
+    config = worker_config(
+        settings, require_database(settings), settings.kafka_bootstrap, process_environ()
+    )
+    daemon = Daemon(settings, (Component.WORKER, Component.GATEWAY))
+    daemon.start()
+    load_at_start(settings.plugins_enabled)  # plugins' tools and providers (docs/plugins.md)
+    daemon.run(Worker(config).run)

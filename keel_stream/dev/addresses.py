@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Final
 
-from keel_stream.dev.procs import Proc
+from keel_stream.procs import Proc
 
 __all__ = ["ADDRESSES_FILE", "DevAddresses", "remove_addresses", "running_dev", "write_addresses"]
 

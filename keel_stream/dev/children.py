@@ -2,7 +2,7 @@
 
 Each child is `python -m keel_stream <command>` with the environment dev resolved, its stdout on
 dev's stderr (dev's stdout is dev's own report), and armed with a parent-death signal
-(keel_stream.dev.procs.die_with_parent): if dev is SIGKILLed, and so never reaches its teardown,
+(keel_stream.procs.die_with_parent): if dev is SIGKILLed, and so never reaches its teardown,
 the kernel SIGKILLs the child too. Every child is started from the event loop's thread, which
 lives as long as dev: the parent-death signal fires when the thread that started the child ends.
 
@@ -25,8 +25,8 @@ from typing import Final
 
 import structlog
 
-from keel_stream.backoff import Backoff
-from keel_stream.dev.procs import describe_exit, die_with_parent
+from keel_stream.procs import describe_exit, die_with_parent
+from keel_stream.retry import Backoff
 
 __all__ = [
     "RESTART_INITIAL_S",

@@ -4,17 +4,20 @@ resolved (`child_environment`)."""
 
 from __future__ import annotations
 
-import os
 import socket
 from collections.abc import Mapping
 
 from keel_stream.api.app import ApiConfig
+from keel_stream.api.limits import ApiLimits
+from keel_stream.api.tenant_limits import TenantLimits
 from keel_stream.errors import InvalidSetting
 from keel_stream.relay import RelayConfig, Shard
 from keel_stream.settings import KeelSettings, env_var
 from keel_stream.tenancy.document import load_boot_config
 from keel_stream.worker.agent_settings import ModelProviders
+from keel_stream.worker.limits import StreamLimits, ToolLimits
 from keel_stream.worker.providers import FakeProvider, OpenAIProvider, Provider
+from keel_stream.worker.tools import BuiltinContext
 from keel_stream.worker.worker import WorkerConfig
 
 __all__ = [
@@ -38,8 +41,9 @@ METRICS_OFFSETS: Mapping[str, int] = {
 """With KEEL_METRICS_PORT=P, dev's projections worker serves its metrics on P, its relay on P+1,
 its agent worker on P+2, its hooks process on P+3 and its trigger scheduler on P+4 (the API
 serves its own on /metrics)."""
-_NOT_PASSED = frozenset({"dev_api_key", "dev_kafka", "metrics_port"})
-"""Settings only dev reads (the metrics port is given to each child on its own)."""
+_NOT_PASSED = frozenset({"dev_api_key", "dev_kafka", "metrics_port", "no_color"})
+"""Settings only dev reads (the metrics port is given to each child on its own; NO_COLOR, not
+a KEEL_* variable, passes through as it is)."""
 
 
 def relay_config(settings: KeelSettings, dsn: str, bootstrap: str, shard: Shard) -> RelayConfig:
@@ -55,14 +59,17 @@ def relay_config(settings: KeelSettings, dsn: str, bootstrap: str, shard: Shard)
 
 def provider(settings: KeelSettings) -> Provider:
     """The workers' model provider (KEEL_PROVIDER)."""
+    limits = StreamLimits.from_settings(settings)
     if settings.provider == "openai":
         return OpenAIProvider(
-            settings.openai_base_url, settings.openai_api_key, settings.openai_model
+            settings.openai_base_url, settings.openai_api_key, settings.openai_model, limits=limits
         )
-    return FakeProvider()
+    return FakeProvider(limits=limits)
 
 
-def worker_config(settings: KeelSettings, dsn: str, bootstrap: str | None) -> WorkerConfig:
+def worker_config(
+    settings: KeelSettings, dsn: str, bootstrap: str | None, environ: Mapping[str, str]
+) -> WorkerConfig:
     """InvalidConfig when KEEL_EXTERNAL_CONFIG names a file that is not a valid document."""
     return WorkerConfig(
         database_url=dsn,
@@ -76,18 +83,34 @@ def worker_config(settings: KeelSettings, dsn: str, bootstrap: str | None) -> Wo
         max_turns=settings.worker_max_turns,
         context_budget_chars=settings.worker_context_budget_chars,
         provider=provider(settings),
-        boot_config=load_boot_config(os.environ),
-        model_providers=ModelProviders(settings.openai_base_url, settings.openai_api_key),
+        boot_config=load_boot_config(settings.external_config),
+        model_providers=ModelProviders(
+            settings.openai_base_url,
+            settings.openai_api_key,
+            StreamLimits.from_settings(settings),
+        ),
         rpc_max_line_bytes=settings.rpc_max_line_bytes,
+        tool_limits=ToolLimits.from_settings(settings),
+        builtins=BuiltinContext(settings.tool_notes_file),
+        environ=environ,
     )
 
 
-def api_config(settings: KeelSettings, dsn: str, bootstrap: str | None) -> ApiConfig:
+def api_config(
+    settings: KeelSettings, dsn: str, bootstrap: str | None, environ: Mapping[str, str]
+) -> ApiConfig:
+    """InvalidConfig when KEEL_EXTERNAL_CONFIG names a file that is not a valid document."""
     return ApiConfig(
         database_url=dsn,
         bootstrap=bootstrap,
         topic_prefix=settings.topic_prefix,
+        boot_config=load_boot_config(settings.external_config),
+        data_dir=settings.data_dir,
         rpc_max_line_bytes=settings.rpc_max_line_bytes,
+        limits=ApiLimits.from_settings(settings),
+        tenant_limits=TenantLimits.from_settings(settings),
+        settings=settings,
+        environ=environ,
     )
 
 
@@ -107,13 +130,17 @@ def metrics_ports(settings: KeelSettings) -> dict[str, int]:
 
 
 def child_environment(
-    settings: KeelSettings, dsn: str, bootstrap: str, api_port: int
+    settings: KeelSettings,
+    dsn: str,
+    bootstrap: str,
+    api_port: int,
+    environ: Mapping[str, str],
 ) -> dict[str, str]:
     """The whole environment of a child command: dev's own, with the KEEL_* settings replaced by
     those dev resolved (its flags, the servers it started, the API port it chose); other
     variables (KEEL_EXTERNAL_CONFIG, ...) pass through. No metrics port (metrics_ports)."""
     fields = {env_var(name) for name in KeelSettings.model_fields}
-    env = {name: value for name, value in os.environ.items() if name.upper() not in fields}
+    env = {name: value for name, value in environ.items() if name.upper() not in fields}
     env.update(
         {
             env_var(name): str(value)

@@ -32,6 +32,7 @@ from keel_stream.gateway.smoke_runtime import (
     processes_with,
     until,
 )
+from keel_stream.settings import KeelSettings
 from keel_stream.tenancy.document import load_config_file
 
 __all__ = ["main", "run_smoke"]
@@ -289,7 +290,7 @@ def run_smoke(database_url: str, say: Callable[[str], None] = print) -> int:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="keel-smoke-external", description=__doc__)
-    parser.add_argument("--database-url", default=os.environ.get("KEEL_DATABASE_URL"))
+    parser.add_argument("--database-url", default=KeelSettings().database_url)
     ns = parser.parse_args(argv)
     if ns.database_url:
         sys.exit(run_smoke(ns.database_url))

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from keel_stream.dev.postgres import stop_postmaster
-from keel_stream.dev.procs import Proc, terminate
+from keel_stream.procs import Proc, terminate
 
 __all__ = ["PIDS_FILE", "DevPids", "Swept", "sweep_leftovers"]
 

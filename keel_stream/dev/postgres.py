@@ -20,7 +20,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
 
-from keel_stream.dev.procs import Proc, wait_gone, wait_reaped
+from keel_stream.procs import Proc, wait_gone, wait_reaped
 
 __all__ = ["EmbeddedPostgres", "stop_postmaster"]
 

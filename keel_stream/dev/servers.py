@@ -30,10 +30,10 @@ import structlog
 from keel_stream.dev.children import Restarts
 from keel_stream.dev.pids import DevPids
 from keel_stream.dev.postgres import EmbeddedPostgres
-from keel_stream.dev.procs import child_exit, die_with_parent
 from keel_stream.errors import BrokerUnavailable, InvalidSetting
 from keel_stream.kafka.apache import ApacheKafka
 from keel_stream.kafka.broker import EmbeddedBroker
+from keel_stream.procs import child_exit, die_with_parent
 from keel_stream.settings import KeelSettings
 
 __all__ = ["POLL_S", "Embedded", "ServerHooks", "embedded_servers", "watch_servers"]

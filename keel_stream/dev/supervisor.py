@@ -22,7 +22,7 @@ armed to die with dev if it is SIGKILLed.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Final
@@ -59,9 +59,10 @@ BROKER_CLIENTS: Final = ("projector", "relay", "hooks")
 Say = Callable[[str], None]
 
 
-def supervise(settings: KeelSettings, *, once: bool, say: Say) -> int:
+def supervise(settings: KeelSettings, environ: Mapping[str, str], *, once: bool, say: Say) -> int:
     """Run the platform until SIGINT/SIGTERM (or, with once, report and stop); return the exit
-    status. DevAlreadyRunning, before anything starts, when another dev holds the data dir."""
+    status. DevAlreadyRunning, before anything starts, when another dev holds the data dir.
+    The children inherit ``environ`` with the KEEL_* settings dev resolved."""
     log = get_logger("dev")
     with dev_lock(settings.data_dir):
         swept = sweep_leftovers(settings.data_dir)
@@ -77,7 +78,7 @@ def supervise(settings: KeelSettings, *, once: bool, say: Say) -> int:
         ):
             try:
                 dsn, servers = embedded.start(settings)
-                platform = _Platform(settings, dsn, servers, embedded, executor, say, log)
+                platform = _Platform(settings, environ, dsn, servers, embedded, executor, say, log)
                 return asyncio.run(
                     until_signalled(
                         lambda stop: platform.run(stop, once=once),
@@ -95,6 +96,7 @@ def supervise(settings: KeelSettings, *, once: bool, say: Say) -> int:
 @dataclass
 class _Platform:
     settings: KeelSettings
+    environ: Mapping[str, str]
     dsn: str
     servers: str
     embedded: Embedded
@@ -125,7 +127,7 @@ class _Platform:
         settings = self.settings
         api_port = settings.api_port or free_port(settings.api_host)
         api_url = f"http://{settings.api_host}:{api_port}"
-        env = child_environment(settings, self.dsn, self.servers, api_port)
+        env = child_environment(settings, self.dsn, self.servers, api_port, self.environ)
         services = Services(env, metrics_ports(settings), self.embedded.pids, self.log)
         try:
             await services.start(self.say)

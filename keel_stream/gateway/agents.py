@@ -19,7 +19,6 @@ delivered at least once and recorded exactly once.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 import uuid
 from collections.abc import Mapping
@@ -90,7 +89,7 @@ class ExternalAgents:
         boot: TenantConfig | None,
         *,
         supervision: Supervision | None = None,
-        environ: Mapping[str, str] | None = None,
+        environ: Mapping[str, str],
         cache_s: float = 2.0,
         data_dir: Path | None = None,
         max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
@@ -113,7 +112,7 @@ class ExternalAgents:
             store,
             self.recorder,
             supervision or Supervision(),
-            environ or dict(os.environ),
+            environ,
             self._audit,
             self._registry,
             max_line_bytes,

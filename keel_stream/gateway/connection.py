@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
-from keel_stream.backoff import Backoff
 from keel_stream.errors import ActivationRefused, BackendUnavailable, GatewayError, InvalidConfig
 from keel_stream.gateway.audit import AuditLog
 from keel_stream.gateway.client import GatewayClient
@@ -29,6 +27,7 @@ from keel_stream.gateway.pidfiles import PidRegistry
 from keel_stream.gateway.protocol import Event, ProviderKind
 from keel_stream.gateway.transport import StdioTransport, Transport
 from keel_stream.logs import get_logger
+from keel_stream.retry import Backoff
 from keel_stream.tenancy.document import (
     ProviderSpec,
     minimal_env,
@@ -66,7 +65,9 @@ class ConnectionHooks:
     on_lost: Callable[[str], Awaitable[None]] | None = None
     on_up: Callable[[GatewayClient, bool], Awaitable[None]] | None = None
     """Called after every successful initialize; the flag says whether it is a reconnect."""
-    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    environ: Mapping[str, str] = field(default_factory=dict)
+    """What `${NAME}`/`env:NAME` references read: the process environment, passed in at the
+    edge; empty by default."""
     audit: AuditLog | None = None
     """Where stdio spawns, budget refusals and reclaims are recorded."""
     registry: PidRegistry | None = None

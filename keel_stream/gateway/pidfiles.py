@@ -14,18 +14,16 @@ start and, for each file left:
 - the leader is gone: the live members of the group that started no earlier than the leader
   are killed (a grandchild left behind is reclaimed), others are not.
 
-Start times are field 22 of /proc/<pid>/stat (clock ticks since boot); each one is checked
-again right before a signal.  Linux never hands out a pid that is still some group's id, so a
-group with live members keeps its number.
+Processes are named by pid and start time (keel_stream.procs), checked again right before
+a signal.  Linux never hands out a pid that is still some group's id, so a group with live
+members keeps its number.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
-import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Final
@@ -33,62 +31,19 @@ from typing import Final
 import orjson
 
 from keel_stream.gateway.audit import AuditLog
+from keel_stream.procs import Proc, group_members, proc_stat, wait_gone
 
 __all__ = [
     "PIDS_DIR",
     "PidRecord",
     "PidRegistry",
-    "ProcStat",
     "SweepReport",
-    "group_members",
-    "proc_stat",
     "sweep",
     "sweep_data_dir",
 ]
 
 PIDS_DIR: Final = Path("gateway") / "pids"
 """Where the pidfiles live, relative to the data directory (KEEL_DATA_DIR)."""
-_POLL_S: Final = 0.02
-
-
-@dataclass(frozen=True, slots=True)
-class ProcStat:
-    pid: int
-    state: str
-    pgrp: int
-    start_ticks: int
-
-
-def proc_stat(pid: int) -> ProcStat | None:
-    """The process's state, process group and start time; None when it does not exist."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    fields = text.rsplit(")", 1)[1].split()  # the name in parentheses may hold spaces
-    return ProcStat(pid, fields[0], int(fields[2]), int(fields[19]))
-
-
-def _live(stat: ProcStat | None) -> bool:
-    return stat is not None and stat.state not in ("Z", "X")
-
-
-def _all_processes() -> Iterable[ProcStat]:
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError, IndexError, ValueError):
-                stat = proc_stat(int(entry.name))
-                if stat is not None:
-                    yield stat
-
-
-def group_members(pgid: int, started_since: int = 0) -> list[ProcStat]:
-    """The live processes of a group that started at or after ``started_since`` ticks."""
-    return [
-        stat
-        for stat in _all_processes()
-        if stat.pgrp == pgid and _live(stat) and stat.start_ticks >= started_since
-    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,8 +57,7 @@ class PidRecord:
     command: list[str]
 
     def runtime_alive(self) -> bool:
-        stat = proc_stat(self.runtime_pid)
-        return _live(stat) and stat is not None and stat.start_ticks == self.runtime_start_ticks
+        return Proc(self.runtime_pid, self.runtime_start_ticks).alive()
 
 
 class PidRegistry:
@@ -111,8 +65,7 @@ class PidRegistry:
 
     def __init__(self, directory: Path | str) -> None:
         self.directory = Path(directory)
-        own = proc_stat(os.getpid())
-        self._own_start = 0 if own is None else own.start_ticks
+        self._own_start = Proc.me().start_ticks
 
     @classmethod
     def in_data_dir(cls, data_dir: Path | str) -> PidRegistry:
@@ -165,43 +118,26 @@ class SweepReport:
     """The pids signalled."""
 
 
-def _targets(record: PidRecord) -> list[ProcStat]:
+def _targets(record: PidRecord) -> list[Proc]:
     leader = proc_stat(record.pgid)
     if leader is not None and leader.start_ticks != record.start_ticks:
         return []  # the leader's pid now names an unrelated process
-    members = group_members(record.pgid, record.start_ticks)
-    if _live(leader) and leader is not None and all(m.pid != leader.pid for m in members):
-        members.append(leader)  # the leader left its group (setpgid): still ours
+    members = [stat.proc for stat in group_members(record.pgid, record.start_ticks)]
+    if leader is not None and leader.live and all(m.pid != leader.pid for m in members):
+        members.append(leader.proc)  # the leader left its group (setpgid): still ours
     return members
 
 
-def _same(stat: ProcStat) -> bool:
-    now = proc_stat(stat.pid)
-    return _live(now) and now is not None and now.start_ticks == stat.start_ticks
-
-
-def _signal(targets: Sequence[ProcStat], signum: int) -> None:
-    for stat in targets:
-        if _same(stat):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(stat.pid, signum)
-
-
-def _wait_gone(targets: Sequence[ProcStat], timeout_s: float) -> list[ProcStat]:
-    deadline = time.monotonic() + timeout_s
-    while (left := [stat for stat in targets if _same(stat)]) and time.monotonic() < deadline:
-        time.sleep(_POLL_S)
-    return left
-
-
-def _kill(targets: Sequence[ProcStat], grace_s: float) -> tuple[str, int]:
+def _kill(targets: Sequence[Proc], grace_s: float) -> tuple[str, int]:
     """SIGTERM, grace, SIGKILL; how it ended and how many processes are left."""
-    _signal(targets, signal.SIGTERM)
-    left = _wait_gone(targets, grace_s)
+    for proc in targets:
+        proc.signal(signal.SIGTERM)
+    left = wait_gone(targets, grace_s)
     if not left:
         return "sigterm", 0
-    _signal(left, signal.SIGKILL)
-    return "sigkill", len(_wait_gone(left, grace_s))
+    for proc in left:
+        proc.signal(signal.SIGKILL)
+    return "sigkill", len(wait_gone(left, grace_s))
 
 
 def sweep(
@@ -225,7 +161,7 @@ def sweep(
             how, leftover = _kill(targets, grace_s)
             report.groups_killed += 1
             report.processes_killed += len(targets)
-            report.killed.extend(stat.pid for stat in targets)
+            report.killed.extend(proc.pid for proc in targets)
             if audit is not None:
                 audit.record(
                     "sweep.killed",
@@ -233,7 +169,7 @@ def sweep(
                     command=record.command,
                     pid=record.pid,
                     pgid=record.pgid,
-                    processes=[stat.pid for stat in targets],
+                    processes=[proc.pid for proc in targets],
                     how=how,
                     leftover=leftover,
                 )

@@ -27,7 +27,8 @@ from keel_stream.errors import BudgetRefused
 from keel_stream.gateway.audit import AuditLog
 from keel_stream.gateway.budget import check, limits_of, wrap_command
 from keel_stream.gateway.jsonrpc import DEFAULT_MAX_LINE_BYTES
-from keel_stream.gateway.pidfiles import PidRegistry, group_members
+from keel_stream.gateway.pidfiles import PidRegistry
+from keel_stream.procs import group_members
 from keel_stream.tenancy.document import Budget, redact_env
 
 __all__ = ["ProviderProcess", "Reclaim", "group_alive"]

@@ -17,11 +17,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from keel_stream.backoff import Backoff
-from keel_stream.errors import KeelError, StoreUnavailable
+from keel_stream.errors import KeelError
 from keel_stream.gateway.protocol import Event as BackendEvent
 from keel_stream.kernel import CommitRequest, Kind, Submission
 from keel_stream.logs import get_logger
+from keel_stream.retry import RetryPolicy, retrying
 from keel_stream.store.protocol import ExternalStatus, Ledger, Metering
 
 __all__ = ["Direction", "ExternalTarget", "Recorder", "inbound_payload"]
@@ -90,7 +90,9 @@ class Recorder:
         self._ledger = ledger
         self._queues: dict[tuple[str, str], asyncio.Queue[BackendEvent]] = {}
         self._tasks: dict[tuple[str, str], asyncio.Task[None]] = {}
-        self._retry_initial_s = retry_initial_s
+        self._retry = RetryPolicy(
+            attempts=_STORE_RETRIES, deadline_s=None, initial_s=retry_initial_s, maximum_s=5.0
+        )
         self._log = get_logger("gateway")
 
     async def commit(self, target: ExternalTarget, payload: dict[str, Any], key: str) -> Submission:
@@ -137,24 +139,22 @@ class Recorder:
 
     async def _record(self, target: ExternalTarget, event: BackendEvent) -> bool:
         payload = inbound_payload(target, event)
-        backoff = Backoff(self._retry_initial_s, 5.0)
-        for _ in range(_STORE_RETRIES):
-            try:
-                await self.commit(target, payload, f"backend:{event.seq}")
-                return True
-            except StoreUnavailable as exc:
-                self._log.warning("backend event not recorded yet", error=str(exc))
-                await asyncio.sleep(backoff.next_delay())
-            except KeelError as exc:
-                self._log.error(
-                    "backend event refused",
-                    session=target.session,
-                    backend_seq=event.seq,
-                    code=exc.code,
-                    error=str(exc),
-                )
-                return False
-        return False
+
+        async def commit() -> None:
+            await self.commit(target, payload, f"backend:{event.seq}")
+
+        try:
+            await retrying(commit, "record backend event", self._retry, self._log)
+        except KeelError as exc:  # refused, or the store away past the policy's bound
+            self._log.error(
+                "backend event not recorded",
+                session=target.session,
+                backend_seq=event.seq,
+                code=exc.code,
+                error=str(exc),
+            )
+            return False
+        return True
 
     async def idle(self) -> None:
         """Wait until every queued event is recorded (or given up)."""

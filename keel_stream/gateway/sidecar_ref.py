@@ -19,12 +19,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import signal
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 import uvicorn
@@ -37,6 +36,7 @@ from starlette.routing import Route
 from keel_stream.gateway.jsonrpc import Message, encode, encode_line
 from keel_stream.gateway.protocol import ProviderKind
 from keel_stream.gateway.sidecar_core import Outcome, RefSidecar, SidecarOptions, Subscription
+from keel_stream.settings import process_environ
 
 __all__ = ["check_env", "main", "parse_args", "run"]
 
@@ -210,9 +210,10 @@ async def serve_http(sidecar: RefSidecar, port: int) -> None:
     sidecar.end_all()
 
 
-def run(options: SidecarOptions) -> int:
-    """Run the sidecar until shutdown; the process exit status."""
-    refusal = check_env(options, dict(os.environ))
+def run(options: SidecarOptions, environ: Mapping[str, str]) -> int:
+    """Run the sidecar until shutdown; the process exit status (``environ``: its environment,
+    passed in by the command)."""
+    refusal = check_env(options, dict(environ))
     if refusal is not None:
         print(refusal, file=sys.stderr, flush=True)
         return 2
@@ -232,7 +233,8 @@ def run(options: SidecarOptions) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    sys.exit(run(parse_args(argv)))
+    """Entry point (python -m keel_stream.gateway.sidecar_ref): its environment read here."""
+    sys.exit(run(parse_args(argv), process_environ()))
 
 
 if __name__ == "__main__":

@@ -3,7 +3,6 @@ process, the CLI, and the processes the runtime spawned (found through /proc).""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -16,9 +15,10 @@ from typing import Any
 import httpx
 import orjson
 
-from keel_stream.gateway import pidfiles
-from keel_stream.gateway.pidfiles import proc_stat
+from keel_stream import procs
 from keel_stream.kafka.broker import free_port
+from keel_stream.procs import proc_stat
+from keel_stream.settings import process_environ
 
 __all__ = ["Runtime", "SmokeFailed", "group_members", "processes_with", "until"]
 
@@ -52,14 +52,14 @@ def processes_with(marker: str) -> list[int]:
         except OSError:
             continue
         stat = proc_stat(int(entry.name))
-        if marker.encode() in cmdline and stat is not None and stat.state not in ("Z", "X"):
+        if marker.encode() in cmdline and stat is not None and stat.live:
             found.append(stat.pid)
     return found
 
 
 def group_members(pgids: set[int]) -> list[int]:
     """Live (non-zombie) processes in any of the process groups ``pgids``."""
-    return [stat.pid for pgid in sorted(pgids) for stat in pidfiles.group_members(pgid)]
+    return [stat.pid for pgid in sorted(pgids) for stat in procs.group_members(pgid)]
 
 
 def pgid_of(pid: int) -> int:
@@ -84,7 +84,7 @@ class Runtime:
     @property
     def env(self) -> dict[str, str]:
         return {
-            **os.environ,
+            **process_environ(),
             "KEEL_DATABASE_URL": self.database_url,
             "KEEL_EXTERNAL_CONFIG": str(self.boot_config),
             "KEEL_DATA_DIR": str(self.data_dir),

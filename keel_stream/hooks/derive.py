@@ -169,12 +169,6 @@ def _decision(
     return state
 
 
-def _subagent_end(call: str, subagent: Mapping[str, Any]) -> dict[str, Any]:
-    data = {"toolCallId": call, **{k: subagent[k] for k in ("child", "status") if k in subagent}}
-    data.setdefault("status", "refused")
-    return data
-
-
 def _cancels(payload: Mapping[str, Any]) -> bool:
     """A result recording a cancel (the run's, a decision's `cancel`, a subagent's): the run
     stops rather than asking the model."""

@@ -19,7 +19,6 @@ from typing import Any, Final
 
 from aiokafka import AIOKafkaConsumer
 
-from keel_stream.backoff import Backoff
 from keel_stream.errors import BrokerError, KeelError, TopicMissing
 from keel_stream.hooks.derive import FoldState, fold_many
 from keel_stream.hooks.matching import delivery_for, matches
@@ -28,6 +27,7 @@ from keel_stream.kafka.errors import kafka_translated
 from keel_stream.kafka.partitions import topic_partitions
 from keel_stream.logs import get_logger
 from keel_stream.projector.events import SourceEvent, SourceRecord, Undecodable, decode, gather
+from keel_stream.retry import Backoff
 from keel_stream.store.hooks import NewDelivery
 from keel_stream.store.hooks_dispatch import DispatchTransaction, HookDispatchStore
 

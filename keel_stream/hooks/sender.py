@@ -24,7 +24,6 @@ from typing import Final
 
 import httpx
 
-from keel_stream.backoff import Backoff
 from keel_stream.errors import HookUrlRefused, KeelError
 from keel_stream.hooks.egress import (
     EgressPolicy,
@@ -38,6 +37,7 @@ from keel_stream.hooks.envelope import signature_header
 from keel_stream.hooks.metrics import ATTEMPTS, BACKLOG
 from keel_stream.hooks.retry import RetryPolicy, Verdict, parse_retry_after, verdict_of
 from keel_stream.logs import get_logger
+from keel_stream.retry import Backoff
 from keel_stream.store.hooks_queue import Claimed, Completion, HookQueue
 
 __all__ = ["Response", "Sender", "SenderConfig"]

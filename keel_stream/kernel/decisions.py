@@ -155,7 +155,6 @@ class Decision:
     arguments: Mapping[str, Any]
     approval: Mapping[str, Any]
     opened_seq: int
-    opened_at: str | None = None
     answer: Mapping[str, Any] | None = None
     answer_seq: int | None = None
     answered_at: str | None = None
@@ -191,7 +190,7 @@ def decisions_of(events: Iterable[EventLike]) -> dict[str, Decision]:
                 if approval is not None:
                     found[str(block["id"])] = Decision(
                         str(block["id"]), str(block.get("name")), block.get("arguments") or {},
-                        approval, event.seq, _stamp(event),
+                        approval, event.seq,
                     )  # fmt: skip
         elif event.kind == Kind.USER_MESSAGE:
             answer = answer_of(payload)

@@ -28,8 +28,9 @@ class AttemptOutcome:
     max_attempts: int
     more_input: bool
     """Input the attempt never presented to the model is still unanswered (it arrived late)."""
-    permanent: bool = False
-    """The failure is deterministic (say, the provider refused the credentials): no retry."""
+    retriable: bool = True
+    """False when the failure is deterministic (say, the provider refused the credentials): no
+    retry."""
 
 
 def finish_status(outcome: AttemptOutcome) -> RunStatus:
@@ -41,7 +42,7 @@ def finish_status(outcome: AttemptOutcome) -> RunStatus:
     if outcome.cancelled:
         return RunStatus.FAILED
     if outcome.failed:
-        if outcome.permanent or outcome.attempts >= outcome.max_attempts:
+        if not outcome.retriable or outcome.attempts >= outcome.max_attempts:
             return RunStatus.FAILED
         return RunStatus.PENDING
     return RunStatus.DONE

@@ -3,7 +3,6 @@ groups ``keel_stream.tools``, ``keel_stream.providers``, ``keel_stream.projectio
 docs/plugins.md."""
 
 from keel_stream.plugins.loader import (
-    ENABLED_VAR,
     PluginCatalog,
     active_plugins,
     enabled_from,
@@ -23,7 +22,6 @@ from keel_stream.plugins.model import (
 )
 
 __all__ = [
-    "ENABLED_VAR",
     "GROUPS",
     "EntryPointReport",
     "Group",

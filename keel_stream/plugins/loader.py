@@ -12,7 +12,6 @@ KEEL_PLUGINS_ENABLED set, only the distributions it lists load; the others are r
 from __future__ import annotations
 
 import functools
-import os
 import re
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
@@ -29,12 +28,10 @@ from keel_stream.plugins.model import (
     Status,
 )
 from keel_stream.plugins.tool_arguments import ArgumentsCheck, SchemaError
-from keel_stream.settings import env_var
 
 __all__ = [
     "BUILTIN_PROVIDERS",
     "BUILTIN_TOOLS",
-    "ENABLED_VAR",
     "PluginCatalog",
     "active_plugins",
     "enabled_from",
@@ -44,7 +41,6 @@ __all__ = [
     "stop_using_plugins",
 ]
 
-ENABLED_VAR: Final = env_var("plugins_enabled")
 BUILTIN_PROVIDERS: Final = frozenset({"openai", "fake"})
 BUILTIN_TOOLS: Final = frozenset({"echo", "note", "sleep"})
 """The names the platform's own tools and model providers take: no plugin may (docs/plugins.md;
@@ -191,10 +187,11 @@ def load_plugins(
 
 
 @functools.cache
-def plugin_catalog() -> PluginCatalog:
+def plugin_catalog(enabled: str | None) -> PluginCatalog:
     """The process's plugins, loaded once (at start, or at first use), with the built-in tool
-    names reserved and KEEL_PLUGINS_ENABLED applied."""
-    catalog = load_plugins(enabled_from(os.environ.get(ENABLED_VAR)), BUILTIN_TOOLS)
+    names reserved and the allowlist applied (``enabled``: the setting plugins_enabled,
+    KEEL_PLUGINS_ENABLED, as the command read it)."""
+    catalog = load_plugins(enabled_from(enabled), BUILTIN_TOOLS)
     get_logger("plugins").info(
         "plugins loaded",
         plugins={name: str(report.status) for name, report in catalog.reports.items()},
@@ -205,11 +202,12 @@ def plugin_catalog() -> PluginCatalog:
 _active: list[PluginCatalog] = []
 
 
-def load_at_start() -> PluginCatalog:
-    """Load the process's plugins and put them to use (a worker's start): from now on the
-    toolbox offers their tools and model settings may name their providers. A process that
-    never calls it (a library user, a unit test) runs without plugins."""
-    catalog = plugin_catalog()
+def load_at_start(enabled: str | None) -> PluginCatalog:
+    """Load the process's plugins (``enabled``: the setting plugins_enabled) and put them to use
+    (a worker's start): from now on the toolbox offers their tools and model settings may name
+    their providers. A process that never calls it (a library user, a unit test) runs without
+    plugins."""
+    catalog = plugin_catalog(enabled)
     _active[:] = [catalog]
     return catalog
 

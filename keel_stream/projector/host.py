@@ -35,7 +35,6 @@ from faust.transport.drivers.aiokafka import Consumer as AIOKafkaFaustConsumer
 from faust.transport.drivers.aiokafka import Transport as AIOKafkaTransport
 from mode.supervisors import CrashingSupervisor
 
-from keel_stream.backoff import Backoff
 from keel_stream.errors import BrokerUnavailable
 from keel_stream.kafka.errors import kafka_translated
 from keel_stream.kafka.records import record_key
@@ -47,7 +46,8 @@ from keel_stream.projector.applier import Applier, BatchResult
 from keel_stream.projector.events import SourceEvent, SourceRecord, Undecodable, decode
 from keel_stream.projector.metrics import BATCH_LATENCY, AppliedTally, forget_lag, set_lag
 from keel_stream.projector.reconcile import Sweep, find_behind, heal
-from keel_stream.relay.retry import Retrying, RetryPolicy, retrying
+from keel_stream.relay.retry import relay_retry
+from keel_stream.retry import Retrying, RetryPolicy, retrying
 from keel_stream.store import Store, open_store
 from keel_stream.store.projection_state import ProjectionStore
 from keel_stream.topics.admin import apply_catalog
@@ -73,7 +73,7 @@ class HostConfig:
     reconcile_every_s: float = 2.0
     reconcile_idle_s: float = 2.0
     app_id: str = field(default="")
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    retry: RetryPolicy = field(default_factory=relay_retry)
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = None
     """Serve Prometheus metrics on metrics_host:metrics_port; None: not served."""
@@ -344,19 +344,21 @@ async def _reconcile(runtime: _Runtime, assigned: set[int]) -> None:
 async def _apply_topics(config: HostConfig, patience_s: float = STARTUP_PATIENCE_S) -> None:
     """Apply the topic catalog, waiting (with backoff) for a broker that is not up yet; past
     `patience_s`, BrokerUnavailable (the CLI prints it as one line)."""
-    loop = asyncio.get_running_loop()
-    deadline, backoff = loop.time() + patience_s, Backoff(0.5, 5.0)
-    while True:
-        try:
-            async with kafka_translated("apply topics"):
-                await apply_catalog(config.bootstrap, config.topic_prefix)
-            return
-        except BrokerUnavailable as exc:
-            if loop.time() >= deadline:
-                raise
-            delay = backoff.next_delay()
-            _log.warning("broker not reachable yet; retrying", error=exc.message, delay_s=delay)
-            await asyncio.sleep(delay)
+
+    async def apply() -> None:
+        async with kafka_translated("apply topics"):
+            await apply_catalog(config.bootstrap, config.topic_prefix)
+
+    await retrying(apply, "apply topics", _broker_patience(patience_s), _log)
+
+
+def _broker_patience(patience_s: float) -> RetryPolicy:
+    # Only an unreachable broker is waited for; any other refusal is raised at once.
+    return RetryPolicy(
+        deadline_s=patience_s,
+        initial_s=0.5,
+        retriable=lambda exc: isinstance(exc, BrokerUnavailable),
+    )
 
 
 def _exit_unless_stopped_within(seconds: float, log: structlog.stdlib.BoundLogger) -> None:

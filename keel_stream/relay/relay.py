@@ -46,8 +46,9 @@ from keel_stream.relay.heap import freeze_startup_heap
 from keel_stream.relay.pipeline import Pipeline
 from keel_stream.relay.publisher import Publisher, PublishResult
 from keel_stream.relay.refusals import Refusals
-from keel_stream.relay.retry import Retrying, RetryPolicy
+from keel_stream.relay.retry import relay_retry
 from keel_stream.relay.skip import tail_depth
+from keel_stream.retry import Retrying, RetryPolicy
 from keel_stream.store.outbox import (
     Outbox,
     OutboxRow,
@@ -75,7 +76,7 @@ class RelayConfig:
     batch_size: int = 500
     poll_interval_s: float = 1.0
     relay_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    retry: RetryPolicy = field(default_factory=relay_retry)
     batches_in_flight: int = 3
     """Batches handed to the producer and not yet deleted, at most (1: each batch's
     acknowledgements and delete are awaited before the next is fetched). Over a shard connection

@@ -11,9 +11,9 @@ from typing import Protocol
 
 import asyncpg
 
-from keel_stream.backoff import Backoff
 from keel_stream.errors import KeelError
 from keel_stream.logs import get_logger
+from keel_stream.retry import Backoff
 from keel_stream.store.driver_errors import translated
 
 __all__ = ["Listener", "PostgresListener"]

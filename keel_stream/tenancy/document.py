@@ -52,7 +52,6 @@ from keel_stream.tenancy.limits import LimitsSpec
 from keel_stream.tenancy.policy import HooksSettings, Policy, SubagentSettings
 
 __all__ = [
-    "BOOT_CONFIG_VAR",
     "MINIMAL_ENV",
     "REDACTED",
     "SECRET_PREFIX",
@@ -78,7 +77,6 @@ __all__ = [
     "resolved_url",
 ]
 
-BOOT_CONFIG_VAR: Final = "KEEL_EXTERNAL_CONFIG"
 SECRET_PREFIX: Final = "KEEL_SECRET_"  # noqa: S105 - a variable-name prefix
 MINIMAL_ENV: Final = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "USER")
 """The only variables of the runtime a stdio provider inherits besides those it declares."""
@@ -319,10 +317,10 @@ def load_config_file(path: Path | str) -> TenantConfig:
         raise type(exc)(f"{path}: {exc.message}") from None
 
 
-def load_boot_config(environ: Mapping[str, str]) -> TenantConfig | None:
-    """The runtime's boot document, from the file KEEL_EXTERNAL_CONFIG names (None: unset)."""
-    path = environ.get(BOOT_CONFIG_VAR, "").strip()
-    return load_config_file(path) if path else None
+def load_boot_config(path: Path | None) -> TenantConfig | None:
+    """The runtime's boot document, from the file KEEL_EXTERNAL_CONFIG names (the setting
+    `external_config`; None: unset)."""
+    return load_config_file(path) if path is not None else None
 
 
 def resolve(

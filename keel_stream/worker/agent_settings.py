@@ -88,7 +88,7 @@ class TenantConfigCache:
 
 class ModelProviders:
     """Providers for model settings: "openai" on the worker's endpoint and key, "fake"; all
-    with the same stream limits (by default from the KEEL_* environment)."""
+    with the same stream limits (KEEL_PROVIDER_*: given by the command; else the defaults)."""
 
     def __init__(
         self,
@@ -96,7 +96,7 @@ class ModelProviders:
         openai_api_key: str | None = None,
         limits: StreamLimits | None = None,
     ) -> None:
-        self._limits = limits or StreamLimits.from_environment()
+        self._limits = limits or StreamLimits()
         self._openai = OpenAIProvider(openai_base_url, openai_api_key, "unset", limits=self._limits)
         self._made: dict[tuple[str, str], Provider] = {}
 

@@ -1,35 +1,18 @@
 """How long a tool call and a model request may take (KEEL_TOOL_TIMEOUT_S,
 KEEL_PROVIDER_STALL_TIMEOUT_S, KEEL_PROVIDER_REQUEST_TIMEOUT_S).
 
-A component given no limits reads them from the KEEL_* environment when it is made, the same
-environment the command validated at its start (read once per distinct value: reading the whole
-settings takes milliseconds, and a toolbox is made per attempt).
+The command builds them from its settings at its edge (`from_settings`) and passes them in; a
+component given none uses the defaults, never the environment.
 """
 
 from __future__ import annotations
 
-import functools
 import math
-import os
 from dataclasses import dataclass
-from typing import Final
 
-from keel_stream.settings import KeelSettings, env_var
+from keel_stream.settings import KeelSettings
 
 __all__ = ["StreamLimits", "ToolLimits"]
-
-_FIELDS: Final = ("tool_timeout_s", "provider_stall_timeout_s", "provider_request_timeout_s")
-
-
-def _configured() -> tuple[float, ...]:
-    return _read(tuple(os.environ.get(env_var(name)) for name in _FIELDS))
-
-
-@functools.lru_cache(maxsize=8)
-def _read(raw: tuple[str | None, ...]) -> tuple[float, ...]:
-    """The three settings, validated; ``raw`` (their variables' values) is the cache key."""
-    settings = KeelSettings()
-    return tuple(float(getattr(settings, name)) for name in _FIELDS)
 
 
 def _check(name: str, value: float) -> None:
@@ -46,8 +29,8 @@ class ToolLimits:
         _check("timeout_s", self.timeout_s)
 
     @classmethod
-    def from_environment(cls) -> ToolLimits:
-        return cls(_configured()[0])
+    def from_settings(cls, settings: KeelSettings) -> ToolLimits:
+        return cls(settings.tool_timeout_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +45,5 @@ class StreamLimits:
         _check("total_s", self.total_s)
 
     @classmethod
-    def from_environment(cls) -> StreamLimits:
-        _, stall_s, total_s = _configured()
-        return cls(stall_s, total_s)
+    def from_settings(cls, settings: KeelSettings) -> StreamLimits:
+        return cls(settings.provider_stall_timeout_s, settings.provider_request_timeout_s)

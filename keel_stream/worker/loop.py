@@ -42,6 +42,7 @@ from keel_stream.worker.answers import Answer, ask_model, generation_id
 from keel_stream.worker.calls import Attempt, CallRunner, ms
 from keel_stream.worker.compaction import Compactor
 from keel_stream.worker.decisions import answers_in, gate_calls
+from keel_stream.worker.limits import ToolLimits
 from keel_stream.worker.metrics import observe_answer
 from keel_stream.worker.partials import PartialsPublisher
 from keel_stream.worker.providers.base import Provider, ToolSpec
@@ -51,6 +52,7 @@ from keel_stream.worker.signals import Signals, Stopped, unless_stopped
 from keel_stream.worker.subagents import Delegations, offered_tools, reported
 from keel_stream.worker.tool_providers import ToolProviders
 from keel_stream.worker.toolbox import Toolbox
+from keel_stream.worker.tools import BuiltinContext
 
 __all__ = ["AgentLoop", "AttemptResult", "Signals"]
 
@@ -70,6 +72,8 @@ class AgentLoop:
         configs: TenantConfigCache | None = None,
         model_providers: ProviderFactory | None = None,
         tool_providers: ToolProviders | None = None,
+        tool_limits: ToolLimits | None = None,
+        builtins: BuiltinContext | None = None,
         clock: Clock = utc_now,
         deadlines: Deadlines | None = None,
         delegations: Delegations | None = None,
@@ -83,6 +87,8 @@ class AgentLoop:
         self._configs = configs or TenantConfigCache(None, None)
         self._model_providers = model_providers or ModelProviders()
         self._tool_providers = tool_providers
+        self._tool_limits = tool_limits
+        self._builtins = builtins
         self._clock = clock
         self._log = get_logger("worker")
 
@@ -96,7 +102,9 @@ class AgentLoop:
             connections = self._tool_providers.for_tenant(tenant, declared)
         config = resolved.config if resolved is not None else TenantConfig()
         policy = config.policy if resolved is not None else None
-        toolbox = Toolbox(connections, pins=pins_in(history))
+        toolbox = Toolbox(
+            connections, self._tool_limits, pins=pins_in(history), builtins=self._builtins
+        )
         return Attempt(
             settings, toolbox, policy, config.settings.subagents, history,
             answers_in(history), reported(history),
@@ -244,7 +252,7 @@ class AgentLoop:
     ) -> None:
         """The tenant's settings cannot serve the request: a failed answer presents its inputs
         (so the run fails for good instead of being owed again) without asking any model."""
-        record.failed, record.permanent = True, True
+        record.failed, record.retriable = True, False
         record.stop_reason, record.error = StopReason.ERROR, error
         payload: dict[str, Any] = {
             "role": "assistant",
@@ -294,7 +302,7 @@ class AgentLoop:
             record.cancelled = True
         elif finish.stop_reason == StopReason.ERROR:
             record.failed, record.error = True, finish.error
-            record.permanent = finish.permanent
+            record.retriable = finish.retriable
             record.retry_after_s = finish.retry_after_s
             if finish.error:
                 payload["errorMessage"] = finish.error

@@ -83,5 +83,5 @@ def observe_answer(provider: str, seconds: float, finish: Finish, *, cancelled: 
     PROVIDER_LATENCY.labels(provider).observe(seconds)
     _count_tokens(provider, finish.usage)
     if finish.stop_reason == StopReason.ERROR and not cancelled:
-        kind = "permanent" if finish.permanent else "transient"
+        kind = "transient" if finish.retriable else "permanent"  # label values: documented
         PROVIDER_ERRORS.labels(provider, kind, error_code(finish.error)).inc()

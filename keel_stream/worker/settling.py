@@ -59,7 +59,7 @@ class AttemptRecord:
     error: str | None = None
     cancelled: bool = False
     failed: bool = False
-    permanent: bool = False
+    retriable: bool = True
     waiting: bool = False
     """The attempt stopped because every call left waits (an open decision, a subagent)."""
     seen_through: int | None = None
@@ -206,7 +206,7 @@ class Settler:
             max_attempts=claim.max_attempts,
             more_input=answered_meanwhile
             or (bool(unseen) and not abandoned and not account.waiting),
-            permanent=record.permanent,
+            retriable=record.retriable,
         )
         if summarise:
             await self._summarise(io, record, outcome, account)

@@ -13,10 +13,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from keel_stream.backoff import Backoff
 from keel_stream.errors import GatewayError, InvalidConfig
 from keel_stream.gateway.protocol import ToolSpec as ProvidedTool
 from keel_stream.logs import get_logger
+from keel_stream.retry import Backoff
 from keel_stream.tenancy.document import ToolSpec
 
 __all__ = ["DEFAULT_TIMEOUT_S", "ToolConnection", "describe"]
@@ -44,7 +44,7 @@ class ToolConnection:
         self.tools: tuple[ProvidedTool, ...] = ()
         self._environ = environ
         self._clock = clock
-        self._backoff = Backoff(initial=0.25, maximum=30.0)
+        self._backoff = Backoff(initial_s=0.25, maximum_s=30.0)
         self._retry_at = 0.0
         self._closed = False
         self._opened = False

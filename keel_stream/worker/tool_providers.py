@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import time
 from collections.abc import Callable, Mapping
 from functools import partial
@@ -143,13 +142,13 @@ class ToolProviders:
 
     def __init__(
         self,
-        environ: Mapping[str, str] | None = None,
+        environ: Mapping[str, str],
         transports: TransportFactory | None = None,
         max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
     ) -> None:
         """``max_line_bytes`` (KEEL_RPC_MAX_LINE_BYTES) bounds every message of a keel
         ToolProvider; ``transports`` replaces how they are reached (tests)."""
-        self._environ = os.environ if environ is None else environ
+        self._environ = environ
         self._max_line_bytes = max_line_bytes
         self._transports = transports or partial(declared_transport, max_line_bytes=max_line_bytes)
         self._connections: dict[tuple[str, str], ToolConnection] = {}

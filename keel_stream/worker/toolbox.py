@@ -35,7 +35,7 @@ from keel_stream.worker.limits import ToolLimits
 from keel_stream.worker.output_bounds import bounded_text
 from keel_stream.worker.providers.base import ToolSpec
 from keel_stream.worker.tool_connection import ToolConnection
-from keel_stream.worker.tools import TOOLS, ToolFailed, run_tool, within
+from keel_stream.worker.tools import TOOLS, BuiltinContext, ToolFailed, run_tool, within
 
 __all__ = ["SEPARATOR", "Toolbox", "exposed_name"]
 
@@ -89,9 +89,11 @@ class Toolbox:
         *,
         plugins: PluginCatalog | None = None,
         pins: Mapping[str, Pin] | None = None,
+        builtins: BuiltinContext | None = None,
     ) -> None:
         self._connections = connections
-        self._limits = limits or ToolLimits.from_environment()
+        self._builtins = builtins or BuiltinContext()
+        self._limits = limits or ToolLimits()
         self._plugins = active_plugins() if plugins is None else plugins
         self._pins = dict(pins or {})
         self._routes: dict[str, _Route] = {}
@@ -177,7 +179,8 @@ class Toolbox:
 
     async def _run(self, name: str, arguments: Any) -> tuple[str, bool]:
         if name in TOOLS:
-            return await within(name, run_tool(name, arguments), self._limits.timeout_s)
+            call = run_tool(name, arguments, self._builtins)
+            return await within(name, call, self._limits.timeout_s)
         plugin = self._plugins.tools.get(name)
         if plugin is not None:
             return await self._run_plugin(*plugin, arguments)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Any, Final
 from keel_stream.plugins.tool_arguments import ArgumentsCheck
 from keel_stream.worker.providers.base import ToolSpec
 
-__all__ = ["SLEEP_MAX_S", "TOOLS", "Tool", "ToolFailed", "run_tool", "within"]
+__all__ = ["SLEEP_MAX_S", "TOOLS", "BuiltinContext", "Tool", "ToolFailed", "run_tool", "within"]
 
 SLEEP_MAX_S: Final = 300
 NOTE_PAUSE_MAX_MS: Final = 60_000
@@ -30,27 +29,34 @@ class ToolFailed(Exception):
 
 
 @dataclass(frozen=True, slots=True)
+class BuiltinContext:
+    """What the built-in tools may use, given by the worker's command from its settings."""
+
+    notes_file: Path | None = None
+    """KEEL_TOOL_NOTES_FILE: where `note` appends its lines; None: `note` fails."""
+
+
+@dataclass(frozen=True, slots=True)
 class Tool:
     spec: ToolSpec
-    run: Callable[[Mapping[str, Any]], Awaitable[str]]
+    run: Callable[[Mapping[str, Any], BuiltinContext], Awaitable[str]]
     check: ArgumentsCheck = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "check", ArgumentsCheck(self.spec.parameters))
 
 
-async def _echo(arguments: Mapping[str, Any]) -> str:
+async def _echo(arguments: Mapping[str, Any], _context: BuiltinContext) -> str:
     return json.dumps(arguments, sort_keys=True)
 
 
-async def _note(arguments: Mapping[str, Any]) -> str:
+async def _note(arguments: Mapping[str, Any], context: BuiltinContext) -> str:
     """Append a line to the notes file (an observable side effect), after an optional pause."""
     await asyncio.sleep(float(arguments.get("sleep_ms", 0)) / 1000)
-    target = os.environ.get("KEEL_TOOL_NOTES_FILE")
-    if not target:
+    if context.notes_file is None:
         raise ToolFailed("KEEL_TOOL_NOTES_FILE is not set")
     line = str(arguments.get("text", ""))
-    await asyncio.to_thread(_append, Path(target), line + "\n")
+    await asyncio.to_thread(_append, context.notes_file, line + "\n")
     return f"noted: {line}"
 
 
@@ -59,7 +65,7 @@ def _append(path: Path, text: str) -> None:
         notes.write(text)
 
 
-async def _sleep(arguments: Mapping[str, Any]) -> str:
+async def _sleep(arguments: Mapping[str, Any], _context: BuiltinContext) -> str:
     seconds = min(max(float(arguments.get("seconds", 1)), 0.0), SLEEP_MAX_S)
     await asyncio.sleep(seconds)
     return f"slept {seconds}s"
@@ -104,7 +110,9 @@ TOOLS: Final = {
 }
 
 
-async def run_tool(name: str, arguments: Any) -> tuple[str, bool]:
+async def run_tool(
+    name: str, arguments: Any, context: BuiltinContext | None = None
+) -> tuple[str, bool]:
     """Run a built-in tool; (text, is_error). An unknown tool, arguments its schema refuses or
     any failure of the tool is an error result the model can see, never a crash of the attempt.
     Unbounded in time: callers bound it with ``within``."""
@@ -115,7 +123,7 @@ async def run_tool(name: str, arguments: Any) -> tuple[str, bool]:
     if problem is not None:
         return problem, True
     try:
-        return await tool.run(arguments), False
+        return await tool.run(arguments, context or BuiltinContext()), False
     except ToolFailed as exc:
         return str(exc), True
     except Exception as exc:  # noqa: BLE001 - a tool's own failure is its result

@@ -21,6 +21,7 @@ import contextlib
 import os
 import socket
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from keel_stream.errors import KeelError, StoreUnavailable
@@ -37,6 +38,7 @@ from keel_stream.tenancy.document import TenantConfig
 from keel_stream.topics.catalog import PARTIALS
 from keel_stream.worker.agent_settings import ModelProviders, ProviderFactory, TenantConfigCache
 from keel_stream.worker.expiry import DecisionSweeper
+from keel_stream.worker.limits import ToolLimits
 from keel_stream.worker.loop import AgentLoop, Signals
 from keel_stream.worker.metrics import ACTIVE, CLAIMED, TAKEOVERS
 from keel_stream.worker.partials import PartialsPublisher
@@ -44,6 +46,7 @@ from keel_stream.worker.providers.base import Provider
 from keel_stream.worker.providers.fake import FakeProvider
 from keel_stream.worker.subagents import Delegations
 from keel_stream.worker.tool_providers import ToolProviders
+from keel_stream.worker.tools import BuiltinContext
 
 __all__ = ["Worker", "WorkerConfig"]
 
@@ -75,6 +78,13 @@ class WorkerConfig:
     """How long a tenant's document is reused before it is read again."""
     rpc_max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
     """KEEL_RPC_MAX_LINE_BYTES: the largest message a ToolProvider may send."""
+    tool_limits: ToolLimits = field(default_factory=ToolLimits)
+    """KEEL_TOOL_TIMEOUT_S, from the command's settings."""
+    builtins: BuiltinContext = field(default_factory=BuiltinContext)
+    """What the built-in tools use (KEEL_TOOL_NOTES_FILE)."""
+    environ: Mapping[str, str] = field(default_factory=dict)
+    """What `${NAME}`/`env:NAME` references of declared tool servers read: the process
+    environment, passed in at the edge (keel_stream.settings.process_environ)."""
 
     @property
     def heartbeat_s(self) -> float:
@@ -113,13 +123,15 @@ class Worker:
         config = self._config
         partials = PartialsPublisher(config.bootstrap, PARTIALS.full_name(config.topic_prefix))
         await partials.start()
-        tool_providers = ToolProviders(max_line_bytes=config.rpc_max_line_bytes)
+        tool_providers = ToolProviders(config.environ, max_line_bytes=config.rpc_max_line_bytes)
         loop = AgentLoop(
             store.ledger, store.runs, config.provider, partials,
             config.max_turns, config.context_budget_chars,
             configs=TenantConfigCache(store.configs, config.boot_config, config.config_ttl_s),
             model_providers=config.model_providers,
             tool_providers=tool_providers,
+            tool_limits=config.tool_limits,
+            builtins=config.builtins,
             deadlines=store.deadlines,
             delegations=Delegations(store.ledger, store.subagents),
         )  # fmt: skip

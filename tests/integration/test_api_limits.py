@@ -9,6 +9,7 @@ import gc
 import json
 import logging
 import logging.handlers
+import os
 import shutil
 import socket
 import struct
@@ -29,6 +30,7 @@ from keel_stream.api.hub import LiveHub
 from keel_stream.api.limits import ApiLimits
 from keel_stream.api.server import DrainingServer, api_server
 from keel_stream.kafka.broker import free_port
+from keel_stream.settings import KeelSettings
 from keel_stream.store import PostgresLedger, create_pool
 from keel_stream.store.keys import PostgresKeyStore
 from tests.support.wait import wait_until
@@ -68,7 +70,13 @@ async def serve(
         _, key = await PostgresKeyStore(pool).create("acme")
     finally:
         await pool.close()
-    config = ApiConfig(dsn, heartbeat_s=heartbeat_s, limits=limits or ApiLimits())
+    config = ApiConfig(
+        dsn,
+        heartbeat_s=heartbeat_s,
+        limits=limits or ApiLimits(),
+        settings=KeelSettings(),
+        environ=os.environ,
+    )
     config.data_dir = Path(tempfile.mkdtemp(prefix="keel-limits-"))
     port = free_port()
     server = api_server(config, "127.0.0.1", port)

@@ -20,7 +20,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from keel_stream.dev.procs import wait_gone
+from keel_stream.procs import wait_gone
 from keel_stream.topics.catalog import EVENTS
 from tests.support.cli import KEEL, one_line_error
 from tests.support.cli import run_keel_sync as keel

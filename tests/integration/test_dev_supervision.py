@@ -24,10 +24,10 @@ import pytest
 
 from keel_stream.dev.children import Restarts
 from keel_stream.dev.components import child_environment, metrics_ports
-from keel_stream.dev.procs import Proc, describe_exit, wait_gone
 from keel_stream.errors import InvalidSetting
 from keel_stream.kafka.partitions import topic_partitions
 from keel_stream.kernel import CommitRequest
+from keel_stream.procs import Proc, describe_exit, wait_gone
 from keel_stream.settings import KeelSettings
 from keel_stream.store import PostgresLedger, pooled
 from keel_stream.topics.catalog import CATALOG
@@ -78,7 +78,7 @@ def test_children_get_the_settings_dev_resolved_and_metrics_ports_of_their_own(
     monkeypatch.setenv("KEEL_RELAY_SHARDS", "4")
     monkeypatch.setenv("KEEL_EXTERNAL_CONFIG", "/etc/keel.json")
     settings = KeelSettings(worker_slots=3, topic_prefix="t.")
-    env = child_environment(settings, "postgresql://db", "127.0.0.1:9", 8123)
+    env = child_environment(settings, "postgresql://db", "127.0.0.1:9", 8123, os.environ)
     assert env["KEEL_DATABASE_URL"] == "postgresql://db"
     assert env["KEEL_KAFKA_BOOTSTRAP"] == "127.0.0.1:9"
     assert env["KEEL_API_PORT"] == "8123"

@@ -19,9 +19,10 @@ from keel_stream.errors import BackendTimeout
 from keel_stream.gateway.audit import AuditLog
 from keel_stream.gateway.client import GatewayClient
 from keel_stream.gateway.connection import Connection, ConnectionHooks, Supervision
-from keel_stream.gateway.pidfiles import PidRegistry, group_members
+from keel_stream.gateway.pidfiles import PidRegistry
 from keel_stream.gateway.protocol import ProviderKind
 from keel_stream.gateway.transport import StdioTransport
+from keel_stream.procs import group_members
 from keel_stream.tenancy.document import BackendSpec
 from tests.support.wait import wait_until
 

@@ -19,16 +19,10 @@ import pytest
 from keel_stream.errors import BudgetRefused
 from keel_stream.gateway.audit import AuditLog
 from keel_stream.gateway.client import GatewayClient
-from keel_stream.gateway.pidfiles import (
-    PidRegistry,
-    group_members,
-    proc_stat,
-    read_record,
-    sweep,
-    sweep_data_dir,
-)
+from keel_stream.gateway.pidfiles import PidRegistry, read_record, sweep, sweep_data_dir
 from keel_stream.gateway.protocol import ProviderKind
 from keel_stream.gateway.transport import StdioTransport
+from keel_stream.procs import group_members, proc_stat
 from keel_stream.tenancy.document import Budget
 
 ROOT = Path(__file__).resolve().parents[2]

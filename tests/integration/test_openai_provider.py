@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncpg
 
 from keel_stream.kernel import CommitRequest
+from keel_stream.retry import RetryPolicy
 from keel_stream.store import PostgresLedger
 from keel_stream.worker.providers import (
     Finish,
     OpenAIProvider,
     ProviderRequest,
-    RetryPolicy,
     TextDelta,
     ToolCall,
 )
@@ -33,7 +33,7 @@ async def test_streams_text_and_usage() -> None:
 
 async def test_server_error_is_a_terminal_error_after_retries() -> None:
     async with chat_server() as (url, server):
-        retry = RetryPolicy(max_attempts=2, base_s=0.01)
+        retry = RetryPolicy(attempts=2, initial_s=0.01)
         provider = OpenAIProvider(url, None, "local", retry=retry)
         request = ProviderRequest("t", "s", "g1", [{"role": "user", "content": "explode"}])
         events = [e async for e in provider.stream(request)]
@@ -41,7 +41,7 @@ async def test_server_error_is_a_terminal_error_after_retries() -> None:
     assert isinstance(finish, Finish)
     assert finish.stop_reason == "error"
     assert "HTTP 500" in (finish.error or "")
-    assert not finish.permanent
+    assert finish.retriable
     assert len(server.requests) == 2
 
 

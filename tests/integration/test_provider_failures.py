@@ -13,6 +13,7 @@ import httpx
 import pytest
 from structlog.testing import capture_logs
 
+from keel_stream.retry import RetryPolicy
 from keel_stream.worker.providers import (
     FakeProvider,
     Finish,
@@ -20,7 +21,6 @@ from keel_stream.worker.providers import (
     ProviderEvent,
     ProviderFailed,
     ProviderRequest,
-    RetryPolicy,
     TextDelta,
     ToolCall,
 )
@@ -29,7 +29,7 @@ from keel_stream.worker.providers.retry import retry_after_s
 from keel_stream.worker.tools import TOOLS
 from tests.support.chat_server import Fault, chat_server
 
-FAST = RetryPolicy(max_attempts=3, base_s=0.01, cap_s=0.05, max_retry_after_s=5)
+FAST = RetryPolicy(attempts=3, initial_s=0.01, maximum_s=0.05, max_retry_after_s=5)
 ANSWER = [TextDelta("you said: "), TextDelta("hi"), Finish("end_turn", {"input": 7, "output": 3})]
 CONTEXT: list[dict[str, Any]] = [
     {"role": "user", "content": "please lookup x"},
@@ -150,12 +150,12 @@ async def test_retry_after_beyond_the_limit_fails_at_once() -> None:
     assert finish.error is not None
     assert finish.error.startswith("HTTP 429: ")
     assert "120s" in finish.error
-    assert not finish.permanent
+    assert finish.retriable
     assert len(server.requests) == 1
 
 
 async def test_429_and_5xx_are_retried_with_backoff() -> None:
-    retry = RetryPolicy(max_attempts=6, base_s=0.01, cap_s=0.05)
+    retry = RetryPolicy(attempts=6, initial_s=0.01, maximum_s=0.05)
     async with chat_server() as (url, server):
         server.faults.extend(Fault(status=s) for s in (429, 500, 502, 503, 504))
         events = await _events(_provider(url, retry))
@@ -163,11 +163,11 @@ async def test_429_and_5xx_are_retried_with_backoff() -> None:
     assert len(server.requests) == 6
 
 
-def test_backoff_is_exponential_with_full_jitter_and_capped() -> None:
-    policy = RetryPolicy(base_s=0.5, cap_s=4)
+def test_backoff_is_exponential_with_jitter_and_capped() -> None:
+    policy = RetryPolicy(attempts=7, initial_s=0.5, maximum_s=4)
     assert [policy.backoff_s(n, rng=lambda: 1.0) for n in range(1, 7)] == [0.5, 1, 2, 4, 4, 4]
-    assert policy.backoff_s(3, rng=lambda: 0.0) == 0.0
-    assert policy.backoff_s(3, rng=lambda: 0.25) == 0.5
+    assert policy.backoff_s(3, rng=lambda: 0.0) == pytest.approx(1.6)  # a fifth off at most
+    assert policy.backoff_s(3, rng=lambda: 0.5) == pytest.approx(1.8)
 
 
 async def test_retries_give_up_after_max_attempts() -> None:
@@ -178,7 +178,7 @@ async def test_retries_give_up_after_max_attempts() -> None:
     assert finish.error is not None
     assert finish.error.startswith("HTTP 503: ")
     assert "gave up after 3 attempts" in finish.error
-    assert not finish.permanent
+    assert finish.retriable
     assert len(server.requests) == 3
 
 
@@ -207,7 +207,7 @@ async def test_connect_error_is_retried_then_fails() -> None:
         events = await _events(_provider(f"http://127.0.0.1:{port}/v1"))
     finish = _failed(events)
     assert "ConnectError" in (finish.error or "")
-    assert not finish.permanent
+    assert finish.retriable
     assert [e["attempt"] for e in logs] == [1, 2, 3]
 
 
@@ -216,7 +216,7 @@ async def test_authentication_error_is_permanent_without_retry() -> None:
     async with chat_server() as (url, server):
         server.faults.append(Fault(status=401, body=body))
         events = await _events(_provider(url))
-    assert events == [Finish("error", error=f"HTTP 401: {body}", permanent=True)]
+    assert events == [Finish("error", error=f"HTTP 401: {body}", retriable=False)]
     assert len(server.requests) == 1
 
 
@@ -226,7 +226,7 @@ async def test_client_errors_are_permanent(status: int) -> None:
         server.faults.append(Fault(status=status, body="x" * 10_000))
         events = await _events(_provider(url))
     finish = _failed(events)
-    assert finish.permanent
+    assert not finish.retriable
     assert finish.error == f"HTTP {status}: " + "x" * 2048
     assert len(server.requests) == 1
 
@@ -266,13 +266,13 @@ async def test_each_failure_is_logged_once_with_its_cause() -> None:
         server.faults.extend([Fault(status=503), Fault(status=401, body="denied")])
         with capture_logs() as logs:
             events = await _events(_provider(url))
-    assert _failed(events).permanent
+    assert not _failed(events).retriable
     assert [(e["event"], e["status"], e["attempt"]) for e in logs] == [
         ("provider request failed, will retry", 503, 1),
         ("provider request failed", 401, 2),
     ]
     assert logs[1]["error"] == "HTTP 401: denied"
-    assert logs[1]["permanent"] is True
+    assert logs[1]["retriable"] is False
 
 
 async def test_summarize_asks_for_a_non_streamed_summary() -> None:
@@ -305,8 +305,8 @@ async def test_summarize_failure_raises_provider_failed() -> None:
         server.faults.append(Fault(status=401, body="denied"))
         with pytest.raises(ProviderFailed, match="HTTP 401: denied") as permanent:
             await _provider(url).summarize(CONTEXT)
-    assert not transient.value.permanent
-    assert permanent.value.permanent
+    assert transient.value.retriable
+    assert not permanent.value.retriable
     assert len(server.requests) == 4
 
 

@@ -20,12 +20,12 @@ from keel_stream.errors import BackendUnavailable
 from keel_stream.gateway.audit import AuditLog
 from keel_stream.gateway.client import GatewayClient
 from keel_stream.gateway.http import HttpTransport
-from keel_stream.gateway.pidfiles import group_members
 from keel_stream.gateway.process import ProviderProcess
 from keel_stream.gateway.protocol import ProviderKind
 from keel_stream.gateway.smoke_runtime import processes_with
 from keel_stream.gateway.transport import StdioTransport
 from keel_stream.kernel import CommitRequest
+from keel_stream.procs import group_members
 from keel_stream.store import PostgresLedger
 from keel_stream.store.tenant_configs import PostgresTenantConfigs
 from keel_stream.tenancy.document import ToolSpec

@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncpg
 
 from keel_stream.kernel import CommitRequest
+from keel_stream.retry import RetryPolicy
 from keel_stream.store import PostgresLedger
-from keel_stream.worker.providers import Finish, OpenAIProvider, ProviderRequest, RetryPolicy
+from keel_stream.worker.providers import Finish, OpenAIProvider, ProviderRequest
 from tests.support.chat_server import Fault, chat_server
 from tests.support.workers import log_of, settled, worker_task
 
@@ -18,7 +19,7 @@ ASKED_S = 1.0
 async def test_a_request_given_up_on_a_429_reports_the_wait_it_asked_for() -> None:
     async with chat_server() as (url, server):
         server.faults.append(Fault(status=429, headers={"retry-after-ms": "1500"}))
-        provider = OpenAIProvider(url, None, "local", retry=RetryPolicy(max_attempts=1))
+        provider = OpenAIProvider(url, None, "local", retry=RetryPolicy(attempts=1))
         request = ProviderRequest("t", "s", "g1", [{"role": "user", "content": "hi"}])
         (finish,) = [e async for e in provider.stream(request)]
     assert isinstance(finish, Finish)
@@ -31,7 +32,7 @@ async def test_the_next_attempt_comes_no_sooner_than_the_retry_after_of_the_fail
     async with chat_server() as (url, server):
         server.faults.append(Fault(status=429, headers={"retry-after": f"{ASKED_S:.0f}"}))
         # One request per attempt: the 429 ends the first attempt at once.
-        provider = OpenAIProvider(url, "sk-test", "local", retry=RetryPolicy(max_attempts=1))
+        provider = OpenAIProvider(url, "sk-test", "local", retry=RetryPolicy(attempts=1))
         async with worker_task(database_dsn, provider=provider):
             await ledger.commit(
                 CommitRequest(

@@ -17,6 +17,7 @@ import asyncpg
 import pytest
 
 from keel_stream.kernel import CommitRequest, Event
+from keel_stream.retry import RetryPolicy
 from keel_stream.store import PostgresLedger
 from keel_stream.worker.limits import StreamLimits
 from keel_stream.worker.providers import (
@@ -24,7 +25,6 @@ from keel_stream.worker.providers import (
     OpenAIProvider,
     ProviderEvent,
     ProviderRequest,
-    RetryPolicy,
     TextDelta,
 )
 from tests.support.workers import log_of, settled, worker_task
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.usefixtures("one_summary_per_attempt")
 
 GUARD_S = 30.0
 """How long a stream may take before the test counts it as hung (today's main hangs)."""
-FAST_RETRY = RetryPolicy(max_attempts=3, base_s=0.01, cap_s=0.05)
+FAST_RETRY = RetryPolicy(attempts=3, initial_s=0.01, maximum_s=0.05)
 
 
 async def say(ledger: PostgresLedger, text: str) -> None:
@@ -213,7 +213,7 @@ async def test_a_stream_that_stalls_after_text_ends_the_answer_with_a_retriable_
     assert events[0] == TextDelta("all ")
     finish = events[-1]
     assert isinstance(finish, Finish)
-    assert (finish.stop_reason, finish.permanent) == ("error", False)
+    assert (finish.stop_reason, finish.retriable) == ("error", True)
     assert finish.error == "the stream stalled: nothing for 0.3 s"
     assert server.requests == 1, "text was streamed already: no retry within the request"
 
@@ -224,7 +224,7 @@ async def test_a_stream_that_never_finishes_is_cut_at_the_total_bound() -> None:
         events = await events_of(provider(url, stall_s=5, total_s=0.5))
     finish = events[-1]
     assert isinstance(finish, Finish)
-    assert (finish.stop_reason, finish.permanent) == ("error", False)
+    assert (finish.stop_reason, finish.retriable) == ("error", True)
     assert finish.error == "no complete answer within 0.5 s"
     assert server.requests == 1
 

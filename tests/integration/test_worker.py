@@ -15,6 +15,7 @@ from keel_stream.kernel import CommitRequest, Event, LeaseToken, account_inputs
 from keel_stream.store import ExternalMarkers, PostgresLedger
 from keel_stream.store.runs import PostgresRuns as RunStore
 from keel_stream.topics.catalog import PARTIALS
+from keel_stream.worker.tools import BuiltinContext
 from tests.support.kafka import KafkaServer
 from tests.support.wait import wait_until
 from tests.support.workers import (
@@ -256,14 +257,8 @@ async def test_worker_sigkilled_mid_tool_call_is_taken_over_and_fenced(
         await tool_call_committed(ledger, "s1", timeout_s=60)
     finally:
         await first.signal(signal.SIGKILL)
-    async with worker_task(database_dsn):
-        import os
-
-        os.environ["KEEL_TOOL_NOTES_FILE"] = str(notes)
-        try:
-            await settled(pool, "s1", "done")
-        finally:
-            del os.environ["KEEL_TOOL_NOTES_FILE"]
+    async with worker_task(database_dsn, builtins=BuiltinContext(notes)):
+        await settled(pool, "s1", "done")
     events = await log_of(ledger, "s1")
     results = [e for e in events if e.kind == "tool.result"]
     calls = [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shutil
 import tempfile
 from collections.abc import AsyncIterator
@@ -14,9 +15,11 @@ import httpx
 import orjson
 
 from keel_stream.api.app import ApiConfig
+from keel_stream.api.limits import ApiLimits
 from keel_stream.api.server import api_server
 from keel_stream.api.tenant_limits import TenantLimits
 from keel_stream.kafka.broker import free_port
+from keel_stream.settings import KeelSettings
 from keel_stream.store import PostgresLedger, create_pool
 from keel_stream.store.keys import PostgresKeyStore
 from keel_stream.tenancy.document import TenantConfig
@@ -54,12 +57,19 @@ async def serve_api(
         _, key = await PostgresKeyStore(pool).create("acme")
     finally:
         await pool.close()
+    settings = KeelSettings()  # the test is this API's edge: its KEEL_* environment
     config = ApiConfig(
-        database_url, bootstrap, topic_prefix, heartbeat_s=1.0, boot_config=boot_config
+        database_url,
+        bootstrap,
+        topic_prefix,
+        heartbeat_s=1.0,
+        boot_config=boot_config,
+        limits=ApiLimits.from_settings(settings),
+        tenant_limits=tenant_limits or TenantLimits.from_settings(settings),
+        settings=settings,
+        environ=os.environ,
     )
     config.data_dir = Path(tempfile.mkdtemp(prefix="keel-api-"))
-    if tenant_limits is not None:
-        config.tenant_limits = tenant_limits
     port = port or free_port()
     server = api_server(config, "127.0.0.1", port)
     task = asyncio.create_task(server.serve())

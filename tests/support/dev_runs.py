@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 from keel_stream.dev.postgres import stop_postmaster
-from keel_stream.dev.procs import Proc, wait_gone
+from keel_stream.procs import Proc, wait_gone
 from tests.support.cli import KEEL
 
 API_KEY = "dev-runs-key"

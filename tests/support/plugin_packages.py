@@ -52,6 +52,6 @@ def plugins_in_use() -> Iterator[PluginCatalog]:
     """The examples installed, loaded and in use (as a worker's start does), then not."""
     install_examples()
     try:
-        yield load_at_start()
+        yield load_at_start(None)  # every installed plugin, as with KEEL_PLUGINS_ENABLED unset
     finally:
         stop_using_plugins()

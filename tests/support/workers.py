@@ -14,7 +14,9 @@ from typing import Any
 
 import asyncpg
 
+from keel_stream.dev.components import worker_config
 from keel_stream.kernel import Event
+from keel_stream.settings import KeelSettings
 from keel_stream.store import PostgresLedger
 from keel_stream.worker.worker import Worker, WorkerConfig
 from tests.support.wait import wait_until
@@ -24,7 +26,16 @@ FAST = {"lease_ttl_s": 1.5, "poll_s": 0.1, "drain_grace_s": 2.0}
 
 @contextlib.asynccontextmanager
 async def worker_task(database_url: str, **options: Any) -> AsyncIterator[WorkerConfig]:
-    config = replace(WorkerConfig(database_url=database_url), **{**FAST, **options})
+    # The test is this worker's edge: its KEEL_* environment, as `keel-stream worker` reads it.
+    made = worker_config(KeelSettings(), database_url, None, os.environ)
+    edge = {
+        "provider": made.provider,
+        "model_providers": made.model_providers,
+        "tool_limits": made.tool_limits,
+        "builtins": made.builtins,
+        "environ": os.environ,
+    }
+    config = replace(WorkerConfig(database_url=database_url), **{**edge, **FAST, **options})
     stop = asyncio.Event()
     task = asyncio.create_task(Worker(config).run(stop))
     try:

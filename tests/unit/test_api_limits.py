@@ -15,6 +15,7 @@ from keel_stream.api.limits import ApiLimits, BodyLimit
 from keel_stream.api.submissions import parse_json_body
 from keel_stream.errors import InvalidIdentifier, InvalidPayload, InvalidRequest
 from keel_stream.kernel import CommitRequest, Kind, canonical_json, prepare, validate_payload
+from keel_stream.settings import KeelSettings
 
 NON_FINITE = [float("nan"), float("inf"), float("-inf")]
 
@@ -56,13 +57,13 @@ def test_a_body_that_is_not_json_text_stays_invalid_request(raw: bytes) -> None:
 
 
 def test_the_limits_are_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert ApiLimits.from_environment() == ApiLimits()
+    assert ApiLimits.from_settings(KeelSettings()) == ApiLimits()
     monkeypatch.setenv("KEEL_API_MAX_BODY_BYTES", "65536")
     monkeypatch.setenv("KEEL_API_HEADER_TIMEOUT_S", "2.5")
     monkeypatch.setenv("KEEL_API_BODY_TIMEOUT_S", "4")
     monkeypatch.setenv("KEEL_API_MAX_CONNECTIONS", "10")
     monkeypatch.setenv("KEEL_API_BACKLOG", "16")
-    assert ApiLimits.from_environment() == ApiLimits(65536, 2.5, 4.0, 10, 16)
+    assert ApiLimits.from_settings(KeelSettings()) == ApiLimits(65536, 2.5, 4.0, 10, 16)
 
 
 # -- the BodyLimit middleware, driven by hand --

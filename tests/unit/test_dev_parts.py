@@ -16,9 +16,9 @@ import pytest
 from keel_stream.dev.addresses import running_dev, write_addresses
 from keel_stream.dev.lock import dev_lock, ensure_not_running
 from keel_stream.dev.pids import PIDS_FILE, DevPids, sweep_leftovers
-from keel_stream.dev.procs import Proc, die_with_parent, wait_gone
 from keel_stream.dev.resume import needs_reset
 from keel_stream.errors import DevAlreadyRunning
+from keel_stream.procs import Proc, die_with_parent, wait_gone
 from keel_stream.topics.groups import projector_group
 
 
@@ -59,7 +59,7 @@ def test_a_child_armed_to_die_with_its_parent_dies_with_it() -> None:
     # The parent is a python process that starts an armed sleeper and then dies by SIGKILL.
     script = (
         "import os, signal, subprocess, sys\n"
-        "from keel_stream.dev.procs import die_with_parent\n"
+        "from keel_stream.procs import die_with_parent\n"
         "child = subprocess.Popen(['sleep', '60'], preexec_fn=die_with_parent())\n"
         "print(child.pid, flush=True)\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"

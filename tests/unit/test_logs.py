@@ -22,8 +22,10 @@ from keel_stream.settings import KeelSettings
 SCRIPT = r"""
 import asyncio, logging, uvicorn
 from keel_stream.logs import configure_logging, get_logger, route_stdlib_logging
+from keel_stream.settings import KeelSettings
 
-configure_logging("info")
+settings = KeelSettings()  # this script is the edge, as a command's start is
+configure_logging("info", settings.log_format, settings.no_color)
 uvicorn.Config(lambda scope, receive, send: None, log_level="warning")  # its colored handlers
 route_stdlib_logging()
 log = get_logger("test")

@@ -11,9 +11,18 @@ from typing import Any
 import pytest
 
 from keel_stream.kernel import Event
-from keel_stream.plugins import Group, PluginCatalog, PluginTool, Status, load_plugins
+from keel_stream.plugins import (
+    Group,
+    PluginCatalog,
+    PluginTool,
+    Status,
+    load_at_start,
+    load_plugins,
+    stop_using_plugins,
+)
 from keel_stream.plugins.loader import BUILTIN_PROVIDERS, BUILTIN_TOOLS
 from keel_stream.plugins.pinning import SCHEMA_CHANGED, Pin, pins_in
+from keel_stream.settings import KeelSettings
 from keel_stream.worker.limits import ToolLimits
 from keel_stream.worker.providers.fake import FakeProvider
 from keel_stream.worker.providers.openai import OpenAIProvider
@@ -71,6 +80,19 @@ def test_the_allowlist_disables_what_it_does_not_name() -> None:
     broken = reports["keel-plugin-broken"]
     assert (broken["status"], broken["error"]) == ("disabled", None)
     assert {d["status"] for d in broken["details"]} == {str(Status.DISABLED)}
+
+
+def test_the_plugins_enabled_setting_decides_which_plugins_load(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("KEEL_PLUGINS_ENABLED", raising=False)
+    settings = KeelSettings(plugins_enabled="keel-plugin-example")
+    try:
+        reports = ours(load_at_start(settings.plugins_enabled))
+    finally:
+        stop_using_plugins()
+    assert reports["keel-plugin-example"]["status"] == "loaded"
+    assert reports["keel-plugin-broken"]["status"] == "disabled", "the setting, not the environ"
 
 
 def test_a_tool_named_like_a_builtin_is_refused() -> None:

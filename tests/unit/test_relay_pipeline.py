@@ -19,7 +19,7 @@ from keel_stream.kafka.records import record_key
 from keel_stream.relay.batching import Partitioner
 from keel_stream.relay.publisher import Publisher, PublishResult, acknowledged
 from keel_stream.relay.relay import Relay, RelayConfig
-from keel_stream.relay.retry import RetryPolicy
+from keel_stream.relay.retry import relay_retry
 from keel_stream.relay.skip import PublishedTail, tail_depth
 from keel_stream.store.memory_outbox import MemoryOutbox
 from keel_stream.store.outbox import (
@@ -175,7 +175,7 @@ CONFIG = RelayConfig(
     batch_size=2,
     batches_in_flight=3,
     poll_interval_s=0.01,
-    retry=RetryPolicy(initial_s=0, maximum_s=0),
+    retry=relay_retry(initial_s=0, maximum_s=0),
 )
 
 

@@ -17,7 +17,7 @@ from keel_stream.kafka.records import CLAIM_CHECK_HEADER, EventRecordCodec, is_c
 from keel_stream.relay.publisher import Publisher, PublishResult, acknowledged
 from keel_stream.relay.refusals import Refusals, refusal
 from keel_stream.relay.relay import Relay, RelayConfig
-from keel_stream.relay.retry import RetryPolicy
+from keel_stream.relay.retry import relay_retry
 from keel_stream.relay.skip import PublishedTail
 from keel_stream.store.memory_outbox import MemoryOutbox
 from keel_stream.store.outbox import OutboxRow, Shard
@@ -115,7 +115,7 @@ class RefusingBroker(Publisher):
 
 async def run_until_published(outbox: MemoryOutbox, broker: RefusingBroker) -> None:
     config = RelayConfig(
-        "memory", "memory", poll_interval_s=0.01, retry=RetryPolicy(initial_s=0, maximum_s=0)
+        "memory", "memory", poll_interval_s=0.01, retry=relay_retry(initial_s=0, maximum_s=0)
     )
     stop = asyncio.Event()
     relay = asyncio.create_task(Relay(outbox, config).run(stop))

@@ -17,7 +17,7 @@ from prometheus_client import REGISTRY
 from keel_stream.kafka.errors import idempotence_unsupported, producer_session_lost
 from keel_stream.relay.publisher import Publisher, PublishResult, acknowledged
 from keel_stream.relay.relay import Relay, RelayConfig
-from keel_stream.relay.retry import RetryPolicy, is_retriable
+from keel_stream.relay.retry import is_retriable, relay_retry
 from keel_stream.relay.skip import PublishedTail, tail_depth
 from keel_stream.store.memory_outbox import MemoryOutbox
 from keel_stream.store.outbox import OutboxRow, Shard
@@ -174,7 +174,7 @@ CONFIG = RelayConfig(
     "memory",
     batch_size=4,
     poll_interval_s=0.01,
-    retry=RetryPolicy(initial_s=0, maximum_s=0),
+    retry=relay_retry(initial_s=0, maximum_s=0),
 )
 
 

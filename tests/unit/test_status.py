@@ -38,11 +38,11 @@ def test_status_policy_table(
 
 
 @pytest.mark.parametrize(
-    ("cancelled", "failed", "attempts", "permanent"),
-    [(True, False, 1, False), (False, True, 3, False), (False, True, 1, True)],
+    ("cancelled", "failed", "attempts", "retriable"),
+    [(True, False, 1, True), (False, True, 3, True), (False, True, 1, False)],
 )
 def test_input_never_presented_makes_the_session_owe_a_run_whatever_the_outcome(
-    cancelled: bool, failed: bool, attempts: int, permanent: bool
+    cancelled: bool, failed: bool, attempts: int, retriable: bool
 ) -> None:
     outcome = AttemptOutcome(
         cancelled=cancelled,
@@ -50,7 +50,7 @@ def test_input_never_presented_makes_the_session_owe_a_run_whatever_the_outcome(
         attempts=attempts,
         max_attempts=3,
         more_input=True,
-        permanent=permanent,
+        retriable=retriable,
     )
     assert finish_status(outcome) is RunStatus.PENDING
     assert fresh_budget(outcome)
@@ -67,8 +67,8 @@ def test_the_attempt_budget_counts_failures_not_successes() -> None:
     assert not fresh_budget(failure)
 
 
-def test_a_permanent_failure_fails_the_run_with_budget_left() -> None:
+def test_a_failure_that_is_not_retriable_fails_the_run_with_budget_left() -> None:
     outcome = AttemptOutcome(
-        cancelled=False, failed=True, attempts=1, max_attempts=3, more_input=False, permanent=True
+        cancelled=False, failed=True, attempts=1, max_attempts=3, more_input=False, retriable=False
     )
     assert finish_status(outcome) is RunStatus.FAILED

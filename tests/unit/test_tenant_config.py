@@ -10,6 +10,7 @@ import orjson
 import pytest
 
 from keel_stream.errors import InvalidConfig
+from keel_stream.settings import KeelSettings
 from keel_stream.tenancy.document import (
     MINIMAL_ENV,
     REDACTED,
@@ -285,11 +286,20 @@ def test_the_audit_copy_of_an_environment_is_redacted() -> None:
     }
 
 
+def test_the_boot_document_is_the_external_config_setting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KEEL_EXTERNAL_CONFIG", str(tmp_path / "boot.json"))
+    assert KeelSettings().external_config == tmp_path / "boot.json"
+    monkeypatch.setenv("KEEL_EXTERNAL_CONFIG", "  ")
+    assert KeelSettings().external_config is None, "blank is unset, as it always was"
+
+
 def test_the_boot_document_comes_from_keel_external_config(tmp_path: Path) -> None:
-    assert load_boot_config({}) is None
+    assert load_boot_config(None) is None
     path = tmp_path / "boot.json"
     path.write_bytes(orjson.dumps(SEED))
-    config = load_boot_config({"KEEL_EXTERNAL_CONFIG": str(path)})
+    config = load_boot_config(path)
     assert isinstance(config, TenantConfig)
     assert config.document() == SEED
 

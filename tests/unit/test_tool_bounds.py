@@ -18,6 +18,7 @@ from keel_stream.gateway.jsonrpc import Message, Request
 from keel_stream.gateway.protocol import Method
 from keel_stream.gateway.transport import Transport
 from keel_stream.plugins.tool_arguments import ArgumentsCheck, SchemaError, non_finite
+from keel_stream.retry import RetryPolicy
 from keel_stream.settings import KeelSettings
 from keel_stream.tenancy.document import ToolSpec
 from keel_stream.worker.limits import StreamLimits, ToolLimits
@@ -30,10 +31,10 @@ from keel_stream.worker.providers import (
 )
 from keel_stream.worker.providers.base import json_object
 from keel_stream.worker.providers.chat_wire import ChatStream
-from keel_stream.worker.providers.retry import Failure, RetryPolicy, retry_pause
+from keel_stream.worker.providers.retry import Failure, retry_pause
 from keel_stream.worker.tool_providers import ProviderConnection, ToolProviders
 from keel_stream.worker.toolbox import Toolbox
-from keel_stream.worker.tools import run_tool
+from keel_stream.worker.tools import BuiltinContext, run_tool
 from tests.support.tool_transports import LoopbackTransport
 
 GUARD_S = 10.0
@@ -66,10 +67,9 @@ async def test_sleep_refuses_what_it_must_not_wait_for(arguments: Any, why: str)
     assert text == f"invalid arguments for tool 'sleep' (it was not run): {why}"
 
 
-async def test_a_refused_call_is_not_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_refused_call_is_not_run(tmp_path: Path) -> None:
     notes = tmp_path / "notes.txt"
-    monkeypatch.setenv("KEEL_TOOL_NOTES_FILE", str(notes))
-    toolbox = Toolbox(limits=ToolLimits(timeout_s=GUARD_S))
+    toolbox = Toolbox(limits=ToolLimits(timeout_s=GUARD_S), builtins=BuiltinContext(notes))
     text, is_error = await run(toolbox, "note", {"text": "x", "sleep_ms": math.nan})
     assert is_error
     assert "arguments.sleep_ms is nan, not a finite number" in text
@@ -158,13 +158,23 @@ def test_limits_are_finite_and_positive() -> None:
                 KeelSettings.model_validate({setting: bad_text})
 
 
-def test_limits_are_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_limits_are_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KEEL_TOOL_TIMEOUT_S", "2.5")
     monkeypatch.setenv("KEEL_PROVIDER_STALL_TIMEOUT_S", "7")
     monkeypatch.setenv("KEEL_PROVIDER_REQUEST_TIMEOUT_S", "90")
-    assert ToolLimits.from_environment() == ToolLimits(2.5)
-    assert StreamLimits.from_environment() == StreamLimits(7.0, 90.0)
-    assert Toolbox().timeout_s("sleep") == 2.5
+    settings = KeelSettings()
+    assert ToolLimits.from_settings(settings) == ToolLimits(2.5)
+    assert StreamLimits.from_settings(settings) == StreamLimits(7.0, 90.0)
+    assert Toolbox(limits=ToolLimits.from_settings(settings)).timeout_s("sleep") == 2.5
+
+
+def test_a_component_given_no_limits_never_reads_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("KEEL_TOOL_TIMEOUT_S", "2.5")
+    monkeypatch.setenv("KEEL_PROVIDER_STALL_TIMEOUT_S", "7")
+    assert Toolbox().timeout_s("sleep") == ToolLimits().timeout_s
+    assert FakeProvider()._limits == StreamLimits()
 
 
 class SilentTools:
@@ -283,7 +293,7 @@ async def test_a_fake_stream_that_stalls_is_cut_with_a_retriable_error() -> None
     assert isinstance(finish, Finish)
     assert finish.stop_reason == "error"
     assert finish.error == "fake provider: the stream stalled: nothing for 0.2 s"
-    assert not finish.permanent
+    assert finish.retriable
 
 
 async def test_a_fake_stream_that_runs_too_long_is_cut() -> None:
@@ -292,7 +302,7 @@ async def test_a_fake_stream_that_runs_too_long_is_cut() -> None:
     finish = events[-1]
     assert isinstance(finish, Finish)
     assert finish.error == "fake provider: no complete answer within 0.3 s"
-    assert not finish.permanent
+    assert finish.retriable
     assert all(isinstance(e, TextDelta) for e in events[:-1])
     assert len(events) < 50
 
@@ -307,5 +317,5 @@ async def test_a_fake_stream_within_its_limits_is_whole() -> None:
 
 async def test_no_retry_pause_outlasts_the_requests_budget() -> None:
     failure = Failure("HTTP 503", 503, retriable=True, retry_after_s=5.0)
-    policy = RetryPolicy(max_attempts=4, max_retry_after_s=30)
+    policy = RetryPolicy(attempts=4, max_retry_after_s=30)
     assert not await asyncio.wait_for(retry_pause(policy, failure, 1, budget_s=1.0), GUARD_S)

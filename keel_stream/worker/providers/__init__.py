@@ -12,7 +12,6 @@ from keel_stream.worker.providers.base import (
 )
 from keel_stream.worker.providers.fake import FakeProvider
 from keel_stream.worker.providers.openai import OpenAIProvider
-from keel_stream.worker.providers.retry import RetryPolicy
 
 __all__ = [
     "FakeProvider",
@@ -22,7 +21,6 @@ __all__ = [
     "ProviderEvent",
     "ProviderFailed",
     "ProviderRequest",
-    "RetryPolicy",
     "TextDelta",
     "ToolCall",
     "ToolSpec",

@@ -89,8 +89,9 @@ class Finish:
     """end_turn, tool_use, max_tokens, or error."""
     usage: Mapping[str, int] | None = None
     error: str | None = None
-    permanent: bool = False
-    """A deterministic failure (e.g. HTTP 401, 400): retrying cannot help, the run fails at once."""
+    retriable: bool = True
+    """With an error: False for a deterministic failure (e.g. HTTP 401, 400): trying again
+    cannot help, the run fails at once."""
     retry_after_s: float | None = None
     """With an error: the wait the server asked for on the failure that ended the request
     (Retry-After, retry-after-ms); the run's next attempt waits it out too."""
@@ -100,12 +101,12 @@ ProviderEvent = TextDelta | ToolCall | Finish
 
 
 class ProviderFailed(Exception):
-    """A provider request failed after the provider's own retries; `permanent` when it was a
-    deterministic failure (retrying cannot help)."""
+    """A provider request failed after the provider's own retries; not `retriable` when it was
+    a deterministic failure (trying again cannot help)."""
 
-    def __init__(self, message: str, *, permanent: bool = False) -> None:
+    def __init__(self, message: str, *, retriable: bool = True) -> None:
         super().__init__(message)
-        self.permanent = permanent
+        self.retriable = retriable
 
 
 class Provider(Protocol):

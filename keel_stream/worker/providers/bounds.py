@@ -73,7 +73,7 @@ async def bounded(
     events: AsyncGenerator[ProviderEvent, None], limits: StreamLimits, provider: str
 ) -> AsyncIterator[ProviderEvent]:
     """A provider's events within its limits; a stall or an overrun ends the stream with an
-    error Finish (not permanent: the run's attempt budget decides whether it is tried again)."""
+    error Finish (retriable: the run's attempt budget decides whether it is tried again)."""
     deadline = Deadline(limits)
     async with aclosing(events):
         while True:

@@ -85,7 +85,7 @@ class FakeProvider:
 
     def __init__(self, model: str = "fake", limits: StreamLimits | None = None) -> None:
         self.model = model
-        self._limits = limits or StreamLimits.from_environment()
+        self._limits = limits or StreamLimits()
 
     def stream(self, request: ProviderRequest) -> AsyncIterator[ProviderEvent]:
         return bounded(self._script(request), self._limits, "fake provider")

@@ -2,7 +2,8 @@
 
 A request that fails before any text reached the caller is retried (HTTP 408/409/429/5xx,
 transport errors, a stream cut before its `[DONE]`) with backoff; once text was streamed a
-failure ends the answer. Other 4xx are permanent: no retry, `Finish.permanent`. Giving up on a
+failure ends the answer. Other 4xx are deterministic: no retry, `Finish.retriable` false.
+Giving up on a
 failure that asked to wait (Retry-After) reports the wait (`Finish.retry_after_s`): the run's
 next attempt is not claimed before it has passed.
 
@@ -21,6 +22,7 @@ from typing import Any, Final
 import httpx
 from httpx_sse import aconnect_sse
 
+from keel_stream.retry import RetryPolicy
 from keel_stream.worker.limits import StreamLimits
 from keel_stream.worker.providers.base import (
     Finish,
@@ -38,14 +40,15 @@ from keel_stream.worker.providers.chat_wire import (
     to_chat_messages,
 )
 from keel_stream.worker.providers.retry import (
+    PROVIDER_RETRY,
     Failure,
-    RetryPolicy,
+    final_error,
     http_failure,
     retry_pause,
     send_failure,
 )
 
-__all__ = ["OpenAIProvider", "RetryPolicy", "to_chat_messages"]
+__all__ = ["OpenAIProvider", "to_chat_messages"]
 
 _CONNECT_S: Final = 60.0
 _SUMMARY_INSTRUCTION: Final = (
@@ -71,8 +74,8 @@ class OpenAIProvider:
         self.model = model
         self._url = f"{base_url.rstrip('/')}/chat/completions"
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._retry = retry or RetryPolicy()
-        self._limits = limits or StreamLimits.from_environment()
+        self._retry = retry or PROVIDER_RETRY
+        self._limits = limits or StreamLimits()
         # httpx's own timeouts: connect, write, and each read (a silence even between bytes).
         self._timeout = httpx.Timeout(
             timeout_s or _CONNECT_S, read=timeout_s or self._limits.stall_s
@@ -109,11 +112,11 @@ class OpenAIProvider:
                     # The caller already has part of an answer: a retry would repeat it.
                     failure = dataclasses.replace(failure, retriable=False)
                 if not await retry_pause(self._retry, failure, attempt, deadline.remaining()):
-                    error = self._retry.final_error(failure, attempt)
+                    error = final_error(self._retry, failure, attempt)
                     yield Finish(
                         "error",
                         error=error,
-                        permanent=failure.permanent,
+                        retriable=failure.run_retriable,
                         retry_after_s=failure.retry_after_s,
                     )
                     return
@@ -175,8 +178,8 @@ class OpenAIProvider:
                 if isinstance(result, str):
                     return result
                 if not await retry_pause(self._retry, result, attempt, deadline.remaining()):
-                    error = self._retry.final_error(result, attempt)
-                    raise ProviderFailed(f"summarize: {error}", permanent=result.permanent)
+                    error = final_error(self._retry, result, attempt)
+                    raise ProviderFailed(f"summarize: {error}", retriable=result.run_retriable)
 
     async def _complete_once(
         self, client: httpx.AsyncClient, body: Mapping[str, Any], deadline: Deadline

@@ -1,11 +1,10 @@
-"""When a failed provider request is tried again, and how long to wait before it."""
+"""Which failed provider requests are tried again (the policy itself is keel_stream.retry), and
+what the server asked for (Retry-After)."""
 
 from __future__ import annotations
 
 import asyncio
 import math
-import random
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -15,8 +14,17 @@ import httpx
 from httpx_sse import SSEError
 
 from keel_stream.logs import get_logger
+from keel_stream.retry import RetryPolicy
 
-__all__ = ["Failure", "RetryPolicy", "http_failure", "retry_after_s", "retry_pause", "send_failure"]
+__all__ = [
+    "PROVIDER_RETRY",
+    "Failure",
+    "final_error",
+    "http_failure",
+    "retry_after_s",
+    "retry_pause",
+    "send_failure",
+]
 
 _RETRIABLE_4XX: Final = frozenset({408, 409, 429})
 _BODY_LIMIT: Final = 2048
@@ -29,52 +37,23 @@ class Failure:
     error: str
     status: int | None = None
     retriable: bool = False
-    permanent: bool = False
-    """Deterministic (an HTTP 4xx other than 408/409/429): fail the run without retries."""
+    """This request may pass if sent again (a transport error, 408/409/429, 5xx)."""
+    run_retriable: bool = True
+    """False when deterministic (an HTTP 4xx other than 408/409/429, a bad URL): the run fails
+    without retries; a failure not retried here may still pass on the run's next attempt."""
     retry_after_s: float | None = None
     """What the server asked us to wait (Retry-After, retry-after-ms)."""
 
 
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """Exponential backoff with full jitter; the server's Retry-After is a floor on the wait."""
+PROVIDER_RETRY: Final = RetryPolicy(attempts=4, deadline_s=None, initial_s=0.5, maximum_s=8.0)
+"""A model request: four tries in all; the request's own budget bounds them in time."""
 
-    max_attempts: int = 4
-    """Requests in all, the first one included."""
-    base_s: float = 0.5
-    cap_s: float = 8.0
-    """The longest backoff of our own."""
-    max_retry_after_s: float = 30.0
-    """A server asking for a longer wait than this fails the request instead."""
 
-    def __post_init__(self) -> None:
-        if self.max_attempts < 1 or self.base_s < 0 or self.cap_s < 0:
-            raise ValueError(f"invalid retry policy: {self}")
-
-    def backoff_s(self, attempt: int, rng: Callable[[], float] = random.random) -> float:
-        """Full jitter: uniform in [0, min(cap, base * 2^(attempt - 1)))."""
-        return rng() * min(self.cap_s, self.base_s * 2.0 ** min(attempt - 1, 32))
-
-    def wait_s(self, failure: Failure, attempt: int) -> float | None:
-        """The pause before the next request after `attempt` failed; None to give up."""
-        if not failure.retriable or attempt >= self.max_attempts:
-            return None
-        asked = failure.retry_after_s or 0.0
-        if asked > self.max_retry_after_s:
-            return None
-        return max(asked, self.backoff_s(attempt))
-
-    def final_error(self, failure: Failure, attempt: int) -> str:
-        """The error to report when giving up after `attempt` requests."""
-        if not failure.retriable:
-            return failure.error
-        asked = failure.retry_after_s or 0.0
-        if asked > self.max_retry_after_s:
-            return (
-                f"{failure.error} (the server asked to retry after {asked:.0f}s, "
-                f"more than the {self.max_retry_after_s:g}s limit)"
-            )
-        return f"{failure.error} (gave up after {attempt} attempts)"
+def final_error(policy: RetryPolicy, failure: Failure, attempt: int) -> str:
+    """The error to report when giving up after `attempt` requests."""
+    if not failure.retriable:
+        return failure.error
+    return f"{failure.error} ({policy.gave_up(attempt, failure.retry_after_s)})"
 
 
 async def retry_pause(
@@ -83,16 +62,18 @@ async def retry_pause(
     """Wait out the pause before the next request (True), or give up (False): also when the
     pause would use up the ``budget_s`` left for the request. Logs once."""
     log = get_logger("provider")  # looked up per use: tests capture logs by reconfiguring
-    wait = policy.wait_s(failure, attempt)
+    wait = (
+        policy.pause_s(attempt, retry_after_s=failure.retry_after_s) if failure.retriable else None
+    )
     if wait is not None and wait >= budget_s:
         wait = None
     if wait is None:
         log.warning(
             "provider request failed",
             status=failure.status,
-            error=policy.final_error(failure, attempt),
+            error=final_error(policy, failure, attempt),
             attempt=attempt,
-            permanent=failure.permanent,
+            retriable=failure.run_retriable,
         )
         return False
     log.warning(
@@ -137,14 +118,14 @@ async def http_failure(response: httpx.Response) -> Failure:
     error = f"HTTP {status}: {head[:_BODY_LIMIT].decode('utf-8', 'replace')}"
     if status in _RETRIABLE_4XX or status >= 500:
         return Failure(error, status, retriable=True, retry_after_s=retry_after_s(response.headers))
-    return Failure(error, status, permanent=400 <= status < 500)
+    return Failure(error, status, run_retriable=not 400 <= status < 500)
 
 
 def send_failure(exc: httpx.HTTPError | httpx.InvalidURL) -> Failure:
     """A failure to get a response at all: transport errors are retried, a bad URL is not."""
     error = f"{exc.__class__.__name__}: {exc}" if str(exc) else exc.__class__.__name__
     if isinstance(exc, httpx.InvalidURL | httpx.UnsupportedProtocol):
-        return Failure(error, permanent=True)
+        return Failure(error, run_retriable=False)
     if isinstance(exc, SSEError):
         return Failure(error)
     return Failure(error, retriable=isinstance(exc, httpx.TransportError))

@@ -1,5 +1,7 @@
 """Processes by identity: a pid together with its start time, so a reused pid is never touched.
 
+The one process-identity module: the dev supervisor's children and lock files, and the gateway's
+provider pidfiles and sweep (keel_stream.gateway.pidfiles), all name processes this way.
 The start time is field 22 of /proc/<pid>/stat (clock ticks since boot): a pid names the same
 process only while that field is unchanged. A zombie counts as gone. `die_with_parent` makes a
 child receive SIGKILL when the thread that started it exits (Linux: PR_SET_PDEATHSIG), so a
@@ -21,9 +23,12 @@ from typing import Final, Self
 
 __all__ = [
     "Proc",
+    "ProcStat",
     "child_exit",
     "describe_exit",
     "die_with_parent",
+    "group_members",
+    "proc_stat",
     "terminate",
     "wait_gone",
     "wait_reaped",
@@ -33,12 +38,51 @@ _POLL_S: Final = 0.02
 _PR_SET_PDEATHSIG: Final = 1
 
 
-def _stat_fields(pid: int) -> list[str] | None:
+@dataclass(frozen=True, slots=True)
+class ProcStat:
+    """What /proc says of a process: its state, process group and start time."""
+
+    pid: int
+    state: str
+    pgrp: int
+    start_ticks: int
+
+    @property
+    def live(self) -> bool:
+        """Running (not a zombie)."""
+        return self.state not in ("Z", "X")
+
+    @property
+    def proc(self) -> Proc:
+        return Proc(self.pid, self.start_ticks)
+
+
+def proc_stat(pid: int) -> ProcStat | None:
+    """The process's state, process group and start time; None when it does not exist."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
-    return text.rsplit(")", 1)[1].split()  # the name in parentheses may hold spaces
+    fields = text.rsplit(")", 1)[1].split()  # the name in parentheses may hold spaces
+    return ProcStat(pid, fields[0], int(fields[2]), int(fields[19]))
+
+
+def _all_processes() -> Iterable[ProcStat]:
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                stat = proc_stat(int(entry.name))
+                if stat is not None:
+                    yield stat
+
+
+def group_members(pgid: int, started_since: int = 0) -> list[ProcStat]:
+    """The live processes of a group that started at or after ``started_since`` ticks."""
+    return [
+        stat
+        for stat in _all_processes()
+        if stat.pgrp == pgid and stat.live and stat.start_ticks >= started_since
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,10 +95,10 @@ class Proc:
     @classmethod
     def of(cls, pid: int) -> Self | None:
         """The live process with this pid now; None when there is none."""
-        fields = _stat_fields(pid)
-        if fields is None or fields[0] in ("Z", "X"):
+        stat = proc_stat(pid)
+        if stat is None or not stat.live:
             return None
-        return cls(pid, int(fields[19]))
+        return cls(pid, stat.start_ticks)
 
     @classmethod
     def me(cls) -> Self:
@@ -68,8 +112,8 @@ class Proc:
     def exists(self) -> bool:
         """The same process is still in the process table, running or a zombie not yet reaped
         (its pid still answers kill(pid, 0), which is how PostgreSQL judges a lock file)."""
-        fields = _stat_fields(self.pid)
-        return fields is not None and int(fields[19]) == self.start_ticks
+        stat = proc_stat(self.pid)
+        return stat is not None and stat.start_ticks == self.start_ticks
 
     def signal(self, signum: int) -> None:
         """Send signum if this very process still runs (the start time is checked first)."""
