@@ -19,26 +19,9 @@ from keel_stream.settings import KeelSettings
 def _self_signed(directory: Path) -> tuple[Path, Path]:
     """A certificate and its key (PEM), valid for localhost: as a CA and as a client's."""
     cert, key = directory / "cert.pem", directory / "key.pem"
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=localhost",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    request = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
+    subject = ["-subj", "/CN=localhost", "-keyout", str(key), "-out", str(cert)]
+    subprocess.run([*request, *subject], check=True, capture_output=True)
     return cert, key
 
 
