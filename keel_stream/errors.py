@@ -384,6 +384,13 @@ class BrokerUnavailable(BrokerError):
     retriable = True
 
 
+class BrokerAccessDenied(BrokerError):
+    """The broker refused this client's credentials (SASL, its TLS certificate) or permissions
+    (an ACL); retrying does not help until the settings or the ACLs change."""
+
+    code = "broker_access_denied"
+
+
 class TopicMissing(BrokerError):
     """A topic the platform needs does not exist: run `keel-stream topics apply`."""
 

@@ -11,7 +11,6 @@ import functools
 import ssl
 from typing import Any, Final
 
-import faust
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.helpers import create_ssl_context
@@ -27,8 +26,8 @@ __all__ = [
     "admin",
     "connection",
     "consumer",
-    "faust_broker",
     "producer",
+    "ssl_context",
 ]
 
 Producer = AIOKafkaProducer
@@ -105,33 +104,3 @@ def consumer(kafka: KafkaSettings, role: str, *topics: str, **tuning: Any) -> AI
 def admin(kafka: KafkaSettings, role: str, **tuning: Any) -> AIOKafkaAdminClient:
     """An admin client (not started) for `role`."""
     return AIOKafkaAdminClient(**_kwargs(kafka, role, tuning))
-
-
-def _credentials(kafka: KafkaSettings) -> faust.types.auth.CredentialsT | None:
-    context = ssl_context(kafka) if kafka.tls else None
-    if kafka.sasl:
-        return faust.SASLCredentials(
-            username=kafka.sasl_username,
-            password=kafka.sasl_password,
-            ssl_context=context,
-            mechanism=kafka.sasl_mechanism,
-        )
-    return faust.SSLCredentials(context) if context is not None else None
-
-
-def faust_broker(kafka: KafkaSettings, role: str, *, rebalance_timeout_s: float) -> dict[str, Any]:
-    """The broker settings of a Faust app (keyword arguments of faust.App) for `role`.
-
-    A JoinGroup request may wait the whole rebalance timeout for the other members, so requests
-    may take that long and 5 s more (what the Java client allows a JoinGroup)."""
-    return {
-        "broker": [f"kafka://{host.strip()}" for host in kafka.bootstrap.split(",")],
-        "broker_client_id": f"{kafka.client_id}-{role}",
-        "broker_credentials": _credentials(kafka),
-        "broker_session_timeout": kafka.session_timeout_s,
-        "broker_heartbeat_interval": max(0.1, kafka.session_timeout_s / 10),
-        "broker_rebalance_timeout": rebalance_timeout_s,
-        "broker_request_timeout": max(
-            kafka.request_timeout_s, kafka.session_timeout_s, rebalance_timeout_s + 5
-        ),
-    }

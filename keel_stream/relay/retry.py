@@ -19,11 +19,10 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import structlog
-from aiokafka.errors import KafkaError
 
 from keel_stream.backoff import Backoff
 from keel_stream.errors import KeelError
-from keel_stream.kafka.errors import broker_error, producer_session_lost
+from keel_stream.kafka.errors import transient
 
 __all__ = ["RetryPolicy", "Retrying", "is_retriable", "retrying"]
 
@@ -34,11 +33,7 @@ def is_retriable(exc: BaseException) -> bool:
     """True for a failure that may pass if the same thing is tried again later."""
     if isinstance(exc, KeelError):
         return exc.retriable
-    if producer_session_lost(exc):
-        return True  # the idempotent producer's id or sequence: a new producer starts afresh
-    if isinstance(exc, KafkaError | ConnectionError | TimeoutError):
-        return broker_error("classify", exc).retriable
-    return False
+    return transient(exc)  # a client error the Kafka door would translate as retriable
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ from pydantic import SecretStr
 
 from keel_stream.errors import InvalidSetting, MissingKafkaBootstrap
 from keel_stream.kafka import clients
+from keel_stream.kafka.faust_app import faust_broker
 from keel_stream.kafka.settings import KafkaSettings, kafka_settings
 from keel_stream.settings import KeelSettings
 
@@ -83,7 +84,7 @@ def test_the_factory_applies_sasl_to_faust() -> None:
         sasl_password="pw",
         session_timeout_s=12,
     )
-    broker = clients.faust_broker(kafka, "projector", rebalance_timeout_s=20)
+    broker = faust_broker(kafka, "projector", rebalance_timeout_s=20)
     assert broker["broker"] == ["kafka://b1:9092", "kafka://b2:9092"]
     credentials = broker["broker_credentials"]
     assert credentials.protocol.value == "SASL_PLAINTEXT"
