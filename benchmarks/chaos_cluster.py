@@ -32,7 +32,7 @@ from keel_stream.kafka.apache import ApacheKafka
 from keel_stream.kafka.apache_resolve import unavailable
 from keel_stream.kafka.broker import EmbeddedBroker, free_port
 from keel_stream.store import pooled
-from keel_stream.topics.admin import apply_catalog
+from keel_stream.kafka.admin import apply_catalog
 
 __all__ = ["SERVICES", "Cluster", "Crash", "Servers", "Service", "keel"]
 

@@ -41,7 +41,7 @@ from keel_stream.kafka.broker import free_port
 from keel_stream.kernel import CommitRequest, LeaseToken
 from keel_stream.projections import ALL
 from keel_stream.store import PostgresLedger, create_pool
-from keel_stream.topics.admin import apply_catalog
+from keel_stream.kafka.admin import apply_catalog
 
 BATCH_METRICS = {
     "keel_projector_batch_seconds_count": "batches",

@@ -16,7 +16,7 @@ from aiokafka.partitioner import DefaultPartitioner
 
 from keel_stream.kafka.partitions import topic_partitions
 from keel_stream.kafka.records import EventRecordCodec, OutgoingRecord, record_key
-from keel_stream.topics.admin import apply_catalog
+from keel_stream.kafka.admin import apply_catalog
 from keel_stream.topics.catalog import EVENTS
 
 SESSIONS = 100

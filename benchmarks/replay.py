@@ -37,7 +37,7 @@ from keel_stream.projections import ALL
 from keel_stream.projector.rebuild import rebuild
 from keel_stream.store import create_pool
 from keel_stream.store.projection_state import PostgresProjectionStore
-from keel_stream.topics.admin import apply_catalog
+from keel_stream.kafka.admin import apply_catalog
 from keel_stream.topics.catalog import EVENTS
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = [
@@ -46,13 +46,13 @@ class KeelSettings(BaseSettings):
     """PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (docs/operations.md#kafka-security)."""
     kafka_sasl_mechanism: SaslMechanism = "PLAIN"
     kafka_sasl_username: str | None = None
-    kafka_sasl_password: SecretStr | None = None
+    kafka_sasl_password: str | None = None
     kafka_ssl_cafile: Path | None = None
     """CA bundle for the brokers' certificates; unset: the system's trust store."""
     kafka_ssl_certfile: Path | None = None
     """Client certificate (PEM) for brokers that authenticate clients by TLS."""
     kafka_ssl_keyfile: Path | None = None
-    kafka_ssl_key_password: SecretStr | None = None
+    kafka_ssl_key_password: str | None = None
     kafka_idempotence: bool = True
     """The relay asks for an idempotent producer (false: a principal without IDEMPOTENT_WRITE)."""
     kafka_request_timeout_s: float = Field(default=10.0, gt=0, allow_inf_nan=False)

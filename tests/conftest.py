@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 
 from keel_stream.store import PostgresLedger, connect, create_pool, migrate
-from keel_stream.topics.admin import apply_catalog
+from keel_stream.kafka.admin import apply_catalog
 from tests.support.kafka import SHARED_VAR, KafkaServer, find_kafka, kafka_plan, shared
 from tests.support.postgres import (
     PgServer,

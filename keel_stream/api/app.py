@@ -125,7 +125,7 @@ def _services(config: ApiConfig, pool: Pool) -> Services:
         keys=KeyStore(pool),
         models=ReadModels.from_pool(pool),
         runs=PostgresRuns(pool, "api", 1),
-        hub=LiveHub(pool, config.bootstrap, config.topic_prefix),
+        hub=LiveHub(pool, config.kafka, config.topic_prefix),
         tenant_configs=configs,
         external=_external_agents(config, ledger, PostgresExternalSessions(pool), configs, boot),
         ops=OpsReader(pool),

@@ -12,6 +12,7 @@ from keel_stream.cli.options import (
     Bootstrap,
     DatabaseUrl,
     load_settings,
+    optional_kafka,
     require_database,
 )
 from keel_stream.cli.preflight import ensure_port_free
@@ -38,7 +39,7 @@ def api(
     )
     dsn = require_database(settings)
     ensure_port_free(settings.api_host, settings.api_port, hint=PORT_HINT)
-    config = api_config(settings, dsn, settings.kafka_bootstrap)
+    config = api_config(settings, dsn, optional_kafka(settings))
     config.boot_config = load_boot_config(os.environ)  # a bad document stops the start here
     config.data_dir = settings.data_dir
     declare(Component.API, Component.GATEWAY)

@@ -13,6 +13,7 @@ from keel_stream.cli.options import (
     MetricsHost,
     MetricsPort,
     load_settings,
+    optional_kafka,
     require_database,
 )
 from keel_stream.cli.preflight import ensure_port_free
@@ -44,7 +45,7 @@ def run(
     config = HooksConfig.from_settings(
         settings,
         require_database(settings),
-        settings.kafka_bootstrap,
+        optional_kafka(settings),
         load_boot_config(os.environ),  # hooks.allowedHosts of tenants without a document
     )
     declare(Component.HOOKS)

@@ -10,6 +10,7 @@ from keel_stream.cli.options import (
     MetricsHost,
     MetricsPort,
     load_settings,
+    optional_kafka,
     require_database,
 )
 from keel_stream.cli.preflight import ensure_port_free
@@ -35,7 +36,7 @@ def worker(
         metrics_port=metrics_port,
         metrics_host=metrics_host,
     )
-    config = worker_config(settings, require_database(settings), settings.kafka_bootstrap)
+    config = worker_config(settings, require_database(settings), optional_kafka(settings))
     declare(Component.WORKER, Component.GATEWAY)
     if settings.metrics_port is not None:
         ensure_port_free(settings.metrics_host, settings.metrics_port, hint=METRICS_PORT_HINT)

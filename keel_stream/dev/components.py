@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 from keel_stream.api.app import ApiConfig
 from keel_stream.errors import InvalidSetting
+from keel_stream.kafka.settings import KafkaSettings
 from keel_stream.relay import RelayConfig, Shard
 from keel_stream.settings import KeelSettings, env_var
 from keel_stream.tenancy.document import load_boot_config
@@ -42,10 +43,12 @@ _NOT_PASSED = frozenset({"dev_api_key", "dev_kafka", "metrics_port"})
 """Settings only dev reads (the metrics port is given to each child on its own)."""
 
 
-def relay_config(settings: KeelSettings, dsn: str, bootstrap: str, shard: Shard) -> RelayConfig:
+def relay_config(
+    settings: KeelSettings, dsn: str, kafka: KafkaSettings, shard: Shard
+) -> RelayConfig:
     return RelayConfig(
         database_url=dsn,
-        bootstrap=bootstrap,
+        kafka=kafka,
         topic_prefix=settings.topic_prefix,
         shard=shard,
         batch_size=settings.relay_batch_size,
@@ -62,11 +65,11 @@ def provider(settings: KeelSettings) -> Provider:
     return FakeProvider()
 
 
-def worker_config(settings: KeelSettings, dsn: str, bootstrap: str | None) -> WorkerConfig:
+def worker_config(settings: KeelSettings, dsn: str, kafka: KafkaSettings | None) -> WorkerConfig:
     """InvalidConfig when KEEL_EXTERNAL_CONFIG names a file that is not a valid document."""
     return WorkerConfig(
         database_url=dsn,
-        bootstrap=bootstrap,
+        kafka=kafka,
         topic_prefix=settings.topic_prefix,
         slots=settings.worker_slots,
         tenant_slots=settings.worker_tenant_slots,
@@ -82,10 +85,10 @@ def worker_config(settings: KeelSettings, dsn: str, bootstrap: str | None) -> Wo
     )
 
 
-def api_config(settings: KeelSettings, dsn: str, bootstrap: str | None) -> ApiConfig:
+def api_config(settings: KeelSettings, dsn: str, kafka: KafkaSettings | None) -> ApiConfig:
     return ApiConfig(
         database_url=dsn,
-        bootstrap=bootstrap,
+        kafka=kafka,
         topic_prefix=settings.topic_prefix,
         rpc_max_line_bytes=settings.rpc_max_line_bytes,
     )

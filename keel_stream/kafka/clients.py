@@ -15,7 +15,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.helpers import create_ssl_context
 
-from keel_stream.kafka.settings import KafkaSettings
+from keel_stream.kafka.settings import CLIENT_LOGGER, KafkaSettings
 
 __all__ = [
     "CLIENT_LOGGER",
@@ -33,9 +33,6 @@ __all__ = [
 Producer = AIOKafkaProducer
 Consumer = AIOKafkaConsumer
 Admin = AIOKafkaAdminClient
-
-CLIENT_LOGGER: Final = "aiokafka"
-"""The standard-library logger the Kafka client writes to."""
 
 _OWNED: Final = frozenset(
     {

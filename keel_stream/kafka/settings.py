@@ -18,11 +18,15 @@ from keel_stream.errors import InvalidSetting, MissingKafkaBootstrap
 from keel_stream.settings import KeelSettings, SaslMechanism, SecurityProtocol, env_var
 
 __all__ = [
+    "CLIENT_LOGGER",
     "KafkaSettings",
     "SaslMechanism",
     "SecurityProtocol",
     "kafka_settings",
 ]
+
+CLIENT_LOGGER: Final = "aiokafka"
+"""The standard-library logger the Kafka client writes to."""
 
 _TLS: Final = frozenset({"SSL", "SASL_SSL"})
 _SASL: Final = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
@@ -97,19 +101,17 @@ def kafka_settings(settings: KeelSettings, bootstrap: str | None = None) -> Kafk
         raise MissingKafkaBootstrap(
             f"set {env_var('kafka_bootstrap')} or --bootstrap (or start `keel-stream dev`)"
         )
-    password = settings.kafka_sasl_password
-    key_password = settings.kafka_ssl_key_password
     return KafkaSettings(
         bootstrap=servers,
         client_id=settings.kafka_client_id,
         security_protocol=settings.kafka_security_protocol,
         sasl_mechanism=settings.kafka_sasl_mechanism,
         sasl_username=settings.kafka_sasl_username,
-        sasl_password=password.get_secret_value() if password is not None else None,
+        sasl_password=settings.kafka_sasl_password,
         ssl_cafile=settings.kafka_ssl_cafile,
         ssl_certfile=settings.kafka_ssl_certfile,
         ssl_keyfile=settings.kafka_ssl_keyfile,
-        ssl_key_password=key_password.get_secret_value() if key_password is not None else None,
+        ssl_key_password=settings.kafka_ssl_key_password,
         idempotence=settings.kafka_idempotence,
         request_timeout_s=settings.kafka_request_timeout_s,
         session_timeout_s=settings.kafka_session_timeout_s,

@@ -213,7 +213,7 @@ class Publisher:
     async def close(self) -> None:
         """Stop the producer.
 
-        Records still unacknowledged (aiokafka's idempotent producer retries a batch until it
+        Records still unacknowledged (the idempotent producer retries a batch until it
         is delivered, and never gives one up) are abandoned first: stopping would otherwise wait
         for a broker that may not come back, and a batch delivered later would land behind the
         next publisher's tail read.

@@ -2,7 +2,7 @@
 
 A refusal is about one record when the same record would be refused however often it is sent:
 larger than the topic or the producer takes (MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE), refused
-as invalid (CORRUPT_MESSAGE; INVALID_RECORD, which aiokafka reports as UnknownError), or not
+as invalid (CORRUPT_MESSAGE; INVALID_RECORD, which the client reports as UnknownError), or not
 encodable at all. Everything else (the broker away, a timeout, a lost producer session) is
 transient, or concerns every record alike (an ACL, a missing topic), and goes on being handled
 by keel_stream.relay.retry.

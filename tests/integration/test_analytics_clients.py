@@ -32,7 +32,7 @@ from keel_stream.kafka.records import EventRecordCodec
 from keel_stream.kernel import CommitRequest, Event
 from keel_stream.relay import RelayConfig
 from keel_stream.store import PostgresLedger
-from keel_stream.topics.admin import describe_topics, high_water_marks
+from keel_stream.kafka.admin import describe_topics, high_water_marks
 from keel_stream.topics.catalog import EVENTS
 from tests.support.kafka import KafkaServer
 from tests.support.ledger import converse_all, make_sessions, outbox_empty

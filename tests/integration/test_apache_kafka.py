@@ -13,7 +13,7 @@ from aiokafka.admin import NewTopic
 
 from keel_stream.kafka.apache import ApacheKafka
 from keel_stream.kafka.broker import free_port
-from keel_stream.topics.admin import admin_client
+from keel_stream.kafka.admin import admin_client
 
 
 def _group_gone(pgid: int) -> bool:

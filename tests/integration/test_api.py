@@ -16,7 +16,7 @@ from keel_stream.kafka.broker import EmbeddedBroker
 from keel_stream.kernel import CommitRequest
 from keel_stream.store import ExternalMarkers, PostgresLedger
 from keel_stream.store.keys import KeyStore
-from keel_stream.topics.admin import apply_catalog
+from keel_stream.kafka.admin import apply_catalog
 from tests.support.api import Api, SseFrame, read_frames, serve_api
 from tests.support.kafka import KafkaServer
 from tests.support.postgres import unique_name

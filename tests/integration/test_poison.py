@@ -20,7 +20,7 @@ from keel_stream.kernel import CommitRequest
 from keel_stream.kernel.limits import MAX_EVENT_BYTES
 from keel_stream.relay import Relay, RelayConfig
 from keel_stream.store import PostgresLedger
-from keel_stream.topics.admin import admin_client, apply_catalog
+from keel_stream.kafka.admin import admin_client, apply_catalog
 from keel_stream.topics.catalog import EVENTS
 from tests.support.api import serve_api
 from tests.support.kafka import KafkaServer, Received, collect

@@ -22,7 +22,7 @@ from keel_stream.kernel import CommitRequest
 from keel_stream.relay.publisher import Publisher
 from keel_stream.store import PostgresLedger
 from keel_stream.store.outbox import PostgresOutbox, Shard
-from keel_stream.topics.admin import high_water_marks
+from keel_stream.kafka.admin import high_water_marks
 from keel_stream.topics.catalog import EVENTS
 from tests.support.kafka import KafkaServer, collect
 from tests.support.ledger import commit_round_robin, make_sessions, outbox_empty

@@ -12,7 +12,7 @@ from keel_stream.kernel import CommitRequest
 from keel_stream.relay import RelayConfig
 from keel_stream.store import PostgresLedger
 from keel_stream.store.outbox import RELAY_LOCK_CLASS
-from keel_stream.topics.admin import apply_catalog
+from keel_stream.kafka.admin import apply_catalog
 from keel_stream.topics.catalog import EVENTS
 from tests.support.kafka import KafkaServer, collect
 from tests.support.ledger import commit_round_robin, make_sessions, outbox_empty

@@ -20,7 +20,7 @@ from keel_stream.relay.publisher import Publisher
 from keel_stream.relay.refusals import refusal
 from keel_stream.store import PostgresLedger
 from keel_stream.store.outbox import OutboxRow
-from keel_stream.topics.admin import admin_client, high_water_marks
+from keel_stream.kafka.admin import admin_client, high_water_marks
 from keel_stream.topics.catalog import EVENTS
 from tests.integration.test_poison import commit
 from tests.support.kafka import KafkaServer, Received, collect

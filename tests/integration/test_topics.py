@@ -11,7 +11,7 @@ from aiokafka.admin import NewTopic
 
 from keel_stream.relay import RelayConfig
 from keel_stream.store import PostgresLedger
-from keel_stream.topics.admin import admin_client, apply_catalog, describe_topics
+from keel_stream.kafka.admin import admin_client, apply_catalog, describe_topics
 from keel_stream.topics.catalog import CATALOG, EVENTS
 from tests.support.kafka import KafkaServer, collect
 from tests.support.ledger import commit_round_robin, make_sessions, outbox_empty

@@ -8,7 +8,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from pydantic import SecretStr
 
 from keel_stream.errors import InvalidSetting, MissingKafkaBootstrap
 from keel_stream.kafka import clients
@@ -106,7 +105,7 @@ def test_kafka_settings_come_from_the_keel_settings(tmp_path: Path) -> None:
         kafka_security_protocol="SSL",
         kafka_ssl_cafile=tmp_path / "ca.pem",
         kafka_idempotence=False,
-        kafka_sasl_password=SecretStr("unused"),
+        kafka_sasl_password="unused",
     )
     kafka = kafka_settings(keel)
     assert (kafka.bootstrap, kafka.client_id, kafka.security_protocol) == (
