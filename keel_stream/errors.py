@@ -43,6 +43,7 @@ Every error carries a stable machine-readable ``code`` and a ``retriable`` flag;
     │   └── MigrationDrift              an applied migration file was changed afterwards
     ├── BrokerError                     Kafka refused or failed a request (translated at the seam)
     │   ├── BrokerUnavailable           the broker could not be reached or timed out (retriable)
+    │   ├── BrokerAccessDenied          the broker refused the credentials (SASL, TLS) or an ACL
     │   └── TopicMissing                a topic the platform needs does not exist (apply topics)
     └── ConfigurationError              a process cannot start as configured (CLI exit status 2)
         ├── InvalidSetting              a KEEL_* variable or flag that does not parse
@@ -59,6 +60,7 @@ from typing import ClassVar
 from keel_stream.payload_rules import PayloadRule
 
 __all__ = [
+    "BrokerAccessDenied",
     "BrokerError",
     "BrokerUnavailable",
     "ConfigurationError",

@@ -35,8 +35,11 @@ KafkaClientError = kafka.KafkaError
 _DENIED: Final = (
     ssl.SSLCertVerificationError,  # an OSError: without this it would pass for the broker away
     kafka.SaslAuthenticationFailed,
-    kafka.UnsupportedSaslMechanism,
-    kafka.IllegalSaslState,
+    kafka.AuthenticationFailedError,
+    kafka.AuthenticationMethodNotSupported,
+    kafka.UnsupportedSaslMechanismError,
+    kafka.IllegalSaslStateError,
+    kafka.TransactionalIdAuthorizationFailed,
     kafka.TopicAuthorizationFailedError,
     kafka.GroupAuthorizationFailedError,
     kafka.ClusterAuthorizationFailedError,

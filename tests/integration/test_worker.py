@@ -11,6 +11,7 @@ import pytest
 
 from keel_stream.errors import LeaseFenced
 from keel_stream.kafka.partitions import topic_partitions
+from keel_stream.kafka.settings import KafkaSettings
 from keel_stream.kernel import CommitRequest, Event, LeaseToken, account_inputs
 from keel_stream.store import ExternalMarkers, PostgresLedger
 from keel_stream.store.runs import PostgresRuns as RunStore
@@ -225,7 +226,7 @@ async def _partials(bootstrap: str, topic: str, count: int) -> list[str]:
     await consumer.start()
     deltas: list[tuple[int, str]] = []
     try:
-        partitions = await topic_partitions(bootstrap, [topic])
+        partitions = await topic_partitions(KafkaSettings(bootstrap), [topic])
         consumer.assign(partitions)
         await consumer.seek_to_beginning(*partitions)
 

@@ -17,6 +17,7 @@ from keel_stream.api.app import ApiConfig
 from keel_stream.api.server import api_server
 from keel_stream.api.tenant_limits import TenantLimits
 from keel_stream.kafka.broker import free_port
+from keel_stream.kafka.settings import KafkaSettings
 from keel_stream.store import PostgresLedger, create_pool
 from keel_stream.store.keys import KeyStore
 from keel_stream.tenancy.document import TenantConfig
@@ -54,9 +55,8 @@ async def serve_api(
         _, key = await KeyStore(pool).create("acme")
     finally:
         await pool.close()
-    config = ApiConfig(
-        database_url, bootstrap, topic_prefix, heartbeat_s=1.0, boot_config=boot_config
-    )
+    kafka = KafkaSettings(bootstrap) if bootstrap else None
+    config = ApiConfig(database_url, kafka, topic_prefix, heartbeat_s=1.0, boot_config=boot_config)
     config.data_dir = Path(tempfile.mkdtemp(prefix="keel-api-"))
     if tenant_limits is not None:
         config.tenant_limits = tenant_limits
