@@ -206,7 +206,7 @@ async def test_partials_go_to_the_partials_topic_never_to_the_ledger(
     topic_prefix: str,
     session: tuple[str, str],
 ) -> None:
-    async with worker_task(database_dsn, bootstrap=kafka.bootstrap, topic_prefix=topic_prefix):
+    async with worker_task(database_dsn, kafka=kafka.settings, topic_prefix=topic_prefix):
         await say(ledger, "one two three", "r1")
         await settled(pool, "s1", "done")
     events = await log_of(ledger, "s1")
