@@ -27,12 +27,13 @@ import httpx
 from keel_stream.dev.postgres import EmbeddedPostgres
 from keel_stream.dev.readiness import Readiness, wait_projector_live
 from keel_stream.dev.resume import align_with_broker
+from keel_stream.kafka.admin import apply_catalog
 from keel_stream.kafka.apache import ApacheKafka
 from keel_stream.kafka.apache_resolve import unavailable
 from keel_stream.kafka.broker import EmbeddedBroker, free_port
+from keel_stream.kafka.settings import KafkaSettings
 from keel_stream.procs import die_with_parent
-from keel_stream.store import pooled
-from keel_stream.topics.admin import apply_catalog
+from keel_stream.store import opened_store
 from keel_stream.topics.groups import projector_group
 
 __all__ = ["SERVICES", "Cluster", "Crash", "Servers", "Service", "keel"]
@@ -264,9 +265,11 @@ class Cluster:
     async def align(self) -> None:
         """What `keel-stream dev` does at start: topics applied, stale stored offsets reset and
         a new (empty) events topic refilled from the ledger. A no-op on a durable broker."""
-        report = await apply_catalog(self.servers.bootstrap)
-        async with pooled(self.servers.dsn, max_size=1) as pool:
-            await align_with_broker(pool, self.servers.bootstrap, "", report.created, self.root)
+        report = await apply_catalog(KafkaSettings(self.servers.bootstrap))
+        async with opened_store(self.servers.dsn, max_size=1) as store:
+            await align_with_broker(
+                store, KafkaSettings(self.servers.bootstrap), "", report.created, self.root
+            )
 
     def start_services(self) -> None:
         commands = {
@@ -302,7 +305,10 @@ class Cluster:
                     raise RuntimeError(f"the API did not get ready; see {self.root / 'logs'}")
                 await asyncio.sleep(0.2)
         readiness = await wait_projector_live(
-            self.servers.bootstrap, projector_group(""), [], max(1.0, deadline - time.monotonic())
+            KafkaSettings(self.servers.bootstrap),
+            projector_group(""),
+            [],
+            max(1.0, deadline - time.monotonic()),
         )
         if readiness is not Readiness.LIVE:
             raise RuntimeError(f"the projections worker is not live: {readiness}")

@@ -37,11 +37,12 @@ import orjson
 from benchmarks.cli import arguments
 from benchmarks.processes import cpu_s, peak_rss_mb, process, scrape
 from benchmarks.servers import kafka, postgres, scratch_database
+from keel_stream.kafka.admin import apply_catalog
 from keel_stream.kafka.broker import free_port
+from keel_stream.kafka.settings import KafkaSettings
 from keel_stream.kernel import CommitRequest, LeaseToken
 from keel_stream.projections import ALL
 from keel_stream.store import PostgresLedger, create_pool
-from keel_stream.topics.admin import apply_catalog
 
 BATCH_METRICS = {
     "keel_projector_batch_seconds_count": "batches",
@@ -326,7 +327,7 @@ def summary(
 
 async def run(args: argparse.Namespace, dsn: str, bootstrap: str) -> dict[str, object]:
     prefix = f"live_{secrets.token_hex(3)}."
-    await apply_catalog(bootstrap, prefix)
+    await apply_catalog(KafkaSettings(bootstrap), prefix)
     async with scratch_database(dsn) as bench_dsn:
         pool = await create_pool(bench_dsn, max_size=args.sessions + 4)
         try:

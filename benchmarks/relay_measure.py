@@ -14,9 +14,10 @@ import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.partitioner import DefaultPartitioner
 
+from keel_stream.kafka.admin import apply_catalog
 from keel_stream.kafka.partitions import topic_partitions
 from keel_stream.kafka.records import EventRecordCodec, OutgoingRecord, record_key
-from keel_stream.topics.admin import apply_catalog
+from keel_stream.kafka.settings import KafkaSettings
 from keel_stream.topics.catalog import EVENTS
 
 SESSIONS = 100
@@ -34,7 +35,7 @@ async def assigned_consumer(bootstrap: str, topic: str) -> AIOKafkaConsumer:
     """A consumer of an empty topic, positioned and warmed up before anything is sent."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=10)
     await consumer.start()
-    partitions = await topic_partitions(bootstrap, [topic])
+    partitions = await topic_partitions(KafkaSettings(bootstrap), [topic])
     consumer.assign(partitions)
     await consumer.seek_to_beginning(*partitions)
     await consumer.getmany(timeout_ms=100)
@@ -161,7 +162,7 @@ async def bare_producer(bootstrap: str) -> AIOKafkaProducer:
 
 async def fresh_topic(bootstrap: str, name: str) -> str:
     prefix = f"{name}_{secrets.token_hex(3)}."
-    await apply_catalog(bootstrap, prefix)
+    await apply_catalog(KafkaSettings(bootstrap), prefix)
     return prefix
 
 

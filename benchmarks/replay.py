@@ -31,13 +31,14 @@ from pyinstrument import Profiler
 
 from benchmarks.cli import arguments
 from benchmarks.servers import kafka, postgres, scratch_database
+from keel_stream.kafka.admin import apply_catalog
 from keel_stream.kafka.partitions import topic_partitions
 from keel_stream.kafka.records import EventRecordCodec
+from keel_stream.kafka.settings import KafkaSettings
 from keel_stream.projections import ALL
 from keel_stream.projector.rebuild import rebuild
 from keel_stream.store import create_pool
 from keel_stream.store.projection_state import PostgresProjectionStore
-from keel_stream.topics.admin import apply_catalog
 from keel_stream.topics.catalog import EVENTS
 
 
@@ -105,7 +106,7 @@ async def bare_consumer(bootstrap: str, topic: str, expected: int) -> float:
     )
     await consumer.start()
     try:
-        partitions = await topic_partitions(bootstrap, [topic])
+        partitions = await topic_partitions(KafkaSettings(bootstrap), [topic])
         consumer.assign(partitions)
         await consumer.seek_to_beginning(*partitions)
         started = time.monotonic()
@@ -136,7 +137,10 @@ async def measure(
             profiler.start()
         cpu = time.process_time()
         report = await rebuild(
-            PostgresProjectionStore(pool), bootstrap, projection.name, topic_prefix=prefix
+            PostgresProjectionStore(pool),
+            KafkaSettings(bootstrap),
+            projection.name,
+            topic_prefix=prefix,
         )
         rebuild_cpu = time.process_time() - cpu
         if profiler is not None and profile is not None:
@@ -161,7 +165,7 @@ async def measure(
 
 async def run(args: argparse.Namespace, dsn: str, bootstrap: str) -> dict[str, object]:
     prefix = f"replay_{secrets.token_hex(3)}."
-    await apply_catalog(bootstrap, prefix)
+    await apply_catalog(KafkaSettings(bootstrap), prefix)
     async with scratch_database(dsn) as bench_dsn:
         pool = await create_pool(bench_dsn, max_size=4)
         try:

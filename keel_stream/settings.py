@@ -16,12 +16,23 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["ENV_PREFIX", "KeelSettings", "LogLevel", "ProviderName", "env_var", "process_environ"]
+__all__ = [
+    "ENV_PREFIX",
+    "KeelSettings",
+    "LogLevel",
+    "ProviderName",
+    "SaslMechanism",
+    "SecurityProtocol",
+    "env_var",
+    "process_environ",
+]
 
 ENV_PREFIX = "KEEL_"
 
 LogLevel = Literal["debug", "info", "warning", "error", "critical"]
 ProviderName = Literal["fake", "openai"]
+SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 
 
 def process_environ() -> Mapping[str, str]:
@@ -43,6 +54,24 @@ class KeelSettings(BaseSettings):
     """PostgreSQL to use; unset: `keel-stream dev` starts an embedded one in data_dir."""
     kafka_bootstrap: str | None = None
     """Kafka bootstrap servers; unset: `keel-stream dev` starts an embedded broker."""
+    kafka_client_id: str = Field(default="keel", min_length=1)
+    """Every Kafka client's id starts with this (keel-relay, keel-hooks, ...)."""
+    kafka_security_protocol: SecurityProtocol = "PLAINTEXT"
+    """PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (docs/operations.md#kafka-security)."""
+    kafka_sasl_mechanism: SaslMechanism = "PLAIN"
+    kafka_sasl_username: str | None = None
+    kafka_sasl_password: str | None = None
+    kafka_ssl_cafile: Path | None = None
+    """CA bundle for the brokers' certificates; unset: the system's trust store."""
+    kafka_ssl_certfile: Path | None = None
+    """Client certificate (PEM) for brokers that authenticate clients by TLS."""
+    kafka_ssl_keyfile: Path | None = None
+    kafka_ssl_key_password: str | None = None
+    kafka_idempotence: bool = True
+    """The relay asks for an idempotent producer (false: a principal without IDEMPOTENT_WRITE)."""
+    kafka_request_timeout_s: float = Field(default=10.0, gt=0, allow_inf_nan=False)
+    kafka_session_timeout_s: float = Field(default=10.0, gt=0, allow_inf_nan=False)
+    """A consumer-group member (projector, hooks, tail) silent this long leaves its group."""
     topic_prefix: str = ""
     """Prepended to every topic name (one cluster, several environments)."""
     data_dir: Path = Path(".keel")

@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator, Iterator
 import asyncpg
 import pytest
 
+from keel_stream.kafka.admin import apply_catalog
 from keel_stream.store import PostgresLedger, connect, create_pool, migrate
-from keel_stream.topics.admin import apply_catalog
 from tests.support.kafka import SHARED_VAR, KafkaServer, find_kafka, kafka_plan, shared
 from tests.support.postgres import (
     PgServer,
@@ -141,5 +141,5 @@ def kafka(pytestconfig: pytest.Config) -> Iterator[KafkaServer]:
 async def topic_prefix(kafka: KafkaServer) -> str:
     """A fresh topic namespace for one test, with the catalog applied."""
     prefix = f"{unique_name('t')}."
-    await apply_catalog(kafka.bootstrap, prefix)
+    await apply_catalog(kafka.settings, prefix)
     return prefix

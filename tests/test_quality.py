@@ -175,3 +175,31 @@ def test_no_dead_code_in_the_product() -> None:
     result = _run("vulture")
     dead = [line for line in result.stdout.splitlines() if line.startswith("keel_stream/")]
     assert not dead, "\n".join(dead) + result.stderr
+
+
+KAFKA_CLIENTS = ("aiokafka",)
+_FAUST_TRANSPORT = "faust.transport"
+
+
+def test_only_the_kafka_door_imports_the_kafka_client() -> None:
+    """Kafka has one door, keel_stream/kafka/: the client library (and Faust's transport built
+    on it) is imported nowhere else, so its settings (TLS, SASL, timeouts) are made once."""
+    import ast
+
+    outside: list[str] = []
+    for path in _product_files():
+        relative = path.relative_to(ROOT)
+        if relative.parts[:2] == ("keel_stream", "kafka"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            else:
+                continue
+            if any(
+                n.split(".")[0] in KAFKA_CLIENTS or n.startswith(_FAUST_TRANSPORT) for n in names
+            ):
+                outside.append(f"{relative}:{node.lineno}")
+    assert not outside, "Kafka has one door, keel_stream/kafka/: " + ", ".join(outside)

@@ -1,4 +1,4 @@
-"""Topic catalog, record models and JSON Schemas; `topics.admin` applies them to a broker."""
+"""Topic catalog, record models and JSON Schemas (keel_stream.kafka.admin applies them)."""
 
 from keel_stream.topics.catalog import CATALOG, EVENTS, PARTIALS, SSE, TopicSpec, spec_named
 from keel_stream.topics.records import EventRecord, PartialFrame, SseFrame

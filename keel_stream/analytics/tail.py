@@ -8,11 +8,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import orjson
-from aiokafka import AIOKafkaConsumer
 
 from keel_stream.analytics.dedupe import SeqDeduplicator
+from keel_stream.kafka import clients
+from keel_stream.kafka.admin import admin_client
 from keel_stream.kafka.records import EventRecordCodec
-from keel_stream.topics.admin import admin_client
+from keel_stream.kafka.settings import KafkaSettings
 
 __all__ = ["TailOptions", "tail"]
 
@@ -21,7 +22,7 @@ __all__ = ["TailOptions", "tail"]
 class TailOptions:
     """What to read and what to print."""
 
-    bootstrap: str
+    kafka: KafkaSettings
     topic: str
     from_beginning: bool = True
     tenant: str | None = None
@@ -36,14 +37,15 @@ async def tail(
     options: TailOptions, emit: Callable[[bytes], None], stop: asyncio.Event | None = None
 ) -> int:
     """Read the topic in a consumer group and emit each matching event as one JSON line."""
-    async with admin_client(options.bootstrap) as admin:
+    async with admin_client(options.kafka, "tail") as admin:
         if options.topic not in await admin.list_topics():
             raise LookupError(
                 f"topic {options.topic} does not exist (run: keel-stream topics apply)"
             )
-    consumer = AIOKafkaConsumer(
+    consumer = clients.consumer(
+        options.kafka,
+        "tail",
         options.topic,
-        bootstrap_servers=options.bootstrap,
         group_id=options.group,
         auto_offset_reset="earliest" if options.from_beginning else "latest",
         enable_auto_commit=True,

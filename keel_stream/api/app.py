@@ -114,7 +114,7 @@ def _services(config: ApiConfig, store: Database) -> Services:
         keys=store.keys(),
         models=ReadModels.of(store),
         runs=store.runs("api", 1),
-        hub=LiveHub(store, config.bootstrap, config.topic_prefix),
+        hub=LiveHub(store, config.kafka, config.topic_prefix),
         tenant_configs=configs,
         external=_external_agents(config, ledger, store.external_sessions(), configs, boot),
         ops=store.ops(),

@@ -30,6 +30,7 @@ from keel_stream.errors import SessionNotFound, Unauthorized
 from keel_stream.gateway.agents import ExternalAgents
 from keel_stream.gateway.jsonrpc import DEFAULT_MAX_LINE_BYTES
 from keel_stream.hooks.service import HookService
+from keel_stream.kafka.settings import KafkaSettings
 from keel_stream.kernel import StateOwner, check_identifier
 from keel_stream.readmodels import ReadModels
 from keel_stream.settings import KeelSettings
@@ -76,7 +77,7 @@ ERRORS: Final[dict[int | str, dict[str, Any]]] = {
 @dataclass
 class ApiConfig:
     database_url: str
-    bootstrap: str | None = None
+    kafka: KafkaSettings | None = None
     topic_prefix: str = ""
     heartbeat_s: float = 15.0
     draining: asyncio.Event = field(default_factory=asyncio.Event)

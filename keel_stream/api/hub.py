@@ -13,10 +13,11 @@ import contextlib
 from typing import Protocol
 
 import orjson
-from aiokafka import AIOKafkaConsumer
 
 from keel_stream.api.fanout import Fanout, Frame, Partial, RangeReads, Signal, Subscription, Wake
+from keel_stream.kafka import clients
 from keel_stream.kafka.partitions import topic_partitions
+from keel_stream.kafka.settings import KafkaSettings
 from keel_stream.logs import get_logger
 from keel_stream.retry import Backoff
 from keel_stream.store.backend import Database
@@ -33,12 +34,14 @@ class Subscriptions(Protocol):
 
 
 class LiveHub:
-    def __init__(self, store: Database, bootstrap: str | None, topic_prefix: str = "") -> None:
+    def __init__(
+        self, store: Database, kafka: KafkaSettings | None, topic_prefix: str = ""
+    ) -> None:
         # NOTIFY keel_commits: every commit, so streams stay live when Kafka is unreachable;
         # a lost LISTEN connection is listened again (streams catch up on every heartbeat).
         self._listener = store.listener("keel_commits", self._on_commit)
         self._fanout = Fanout(RangeReads(store.projections()))
-        self._bootstrap = bootstrap
+        self._kafka = kafka
         self._sse_topic = SSE.full_name(topic_prefix)
         self._partials_topic = PARTIALS.full_name(topic_prefix)
         self._kafka_task: asyncio.Task[None] | None = None
@@ -49,7 +52,7 @@ class LiveHub:
 
     async def start(self) -> None:
         await self._listener.start()
-        if self._bootstrap:
+        if self._kafka is not None:
             self._kafka_task = asyncio.create_task(self._consume())
 
     async def stop(self) -> None:
@@ -87,16 +90,14 @@ class LiveHub:
 
     async def _consume(self) -> None:
         backoff = Backoff(0.5, 10.0)
-        bootstrap = self._bootstrap
-        assert bootstrap is not None  # started only with a broker
+        kafka = self._kafka
+        assert kafka is not None  # started only with a broker
         while True:
-            consumer = AIOKafkaConsumer(
-                bootstrap_servers=bootstrap, fetch_max_wait_ms=20, request_timeout_ms=10_000
-            )
+            consumer = clients.consumer(kafka, "api", fetch_max_wait_ms=20)
             try:
                 await consumer.start()
                 topics = (self._sse_topic, self._partials_topic)
-                partitions = await topic_partitions(bootstrap, topics)
+                partitions = await topic_partitions(kafka, topics)
                 if not partitions:
                     raise RuntimeError("the sse and partials topics do not exist yet")
                 consumer.assign(partitions)

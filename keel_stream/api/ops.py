@@ -37,7 +37,7 @@ async def healthz() -> dict[str, str]:
 def _readiness(request: Request, config: ApiConfig) -> Readiness:
     readiness = getattr(request.app.state, "readiness", None)
     if not isinstance(readiness, Readiness):
-        readiness = Readiness(config.bootstrap, projector_group(config.topic_prefix))
+        readiness = Readiness(config.kafka, projector_group(config.topic_prefix))
         request.app.state.readiness = readiness
     return readiness
 
@@ -75,7 +75,7 @@ async def capabilities(services: Svc, config: Config) -> Capabilities:
         features={
             "decisions": True,
             "hooks": running.count(ServiceKind.HOOKS_SENDER) > 0,
-            "partials": bool(config.bootstrap) and services.hub.partials_live,
+            "partials": config.kafka is not None and services.hub.partials_live,
             "plugins": True,
             "sessions.cancel": True,
             "sessions.list": True,

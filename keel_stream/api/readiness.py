@@ -31,6 +31,7 @@ from typing import Any, Final
 from keel_stream.api.presence import CACHE_S, Running
 from keel_stream.errors import BrokerError, ProjectionBehind, StoreError, StoreUnavailable
 from keel_stream.kafka.incarnation import cluster_id, group_live
+from keel_stream.kafka.settings import KafkaSettings
 from keel_stream.store.service_heartbeats import MISSED_BEATS, ServiceKind
 from keel_stream.store.sessions import Sessions
 
@@ -54,9 +55,13 @@ class BrokerProbe:
     """Asks the broker (cached for cache_s, one question at a time)."""
 
     def __init__(
-        self, bootstrap: str, group: str, cache_s: float = CACHE_S, timeout_s: float = TIMEOUT_S
+        self,
+        kafka: KafkaSettings,
+        group: str,
+        cache_s: float = CACHE_S,
+        timeout_s: float = TIMEOUT_S,
     ) -> None:
-        self._bootstrap = bootstrap
+        self._kafka = kafka
         self._group = group
         self._cache_s = cache_s
         self._timeout_s = timeout_s
@@ -73,11 +78,11 @@ class BrokerProbe:
 
     async def _ask(self) -> BrokerCheck:
         try:
-            cluster = await asyncio.wait_for(cluster_id(self._bootstrap), self._timeout_s)
+            cluster = await asyncio.wait_for(cluster_id(self._kafka), self._timeout_s)
         except (BrokerError, TimeoutError) as exc:
             return BrokerCheck(False, None, None, _reason(exc))
         try:
-            live = await asyncio.wait_for(group_live(self._bootstrap, self._group), self._timeout_s)
+            live = await asyncio.wait_for(group_live(self._kafka, self._group), self._timeout_s)
         except (BrokerError, TimeoutError) as exc:
             return BrokerCheck(True, cluster, None, _reason(exc))
         return BrokerCheck(True, cluster, live)
@@ -98,9 +103,11 @@ class Report:
 class Readiness:
     """The readiness of one API process: its probe of the broker and the read models' gate."""
 
-    def __init__(self, bootstrap: str | None, group: str, probe: BrokerProbe | None = None) -> None:
+    def __init__(
+        self, kafka: KafkaSettings | None, group: str, probe: BrokerProbe | None = None
+    ) -> None:
         self._group = group
-        self._probe = probe or (BrokerProbe(bootstrap, group) if bootstrap else None)
+        self._probe = probe or (BrokerProbe(kafka, group) if kafka is not None else None)
         self._live_on: str | None = None
         """The cluster id the group was seen live on (the gate is open while it is current)."""
 

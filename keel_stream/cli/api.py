@@ -11,6 +11,7 @@ from keel_stream.cli.options import (
     Bootstrap,
     DatabaseUrl,
     load_settings,
+    optional_kafka,
     require_database,
 )
 from keel_stream.cli.preflight import ensure_port_free
@@ -39,7 +40,7 @@ def api(
     dsn = require_database(settings)
     ensure_port_free(settings.api_host, settings.api_port, hint=PORT_HINT)
     # A bad boot document stops the start here.
-    config = api_config(settings, dsn, settings.kafka_bootstrap, process_environ())
+    config = api_config(settings, dsn, optional_kafka(settings), process_environ())
     # The API serves its metrics on /metrics; uvicorn drains open streams on SIGTERM itself.
     Daemon(settings, (Component.API, Component.GATEWAY)).start(metrics=False)
     server = api_server(config, settings.api_host, settings.api_port)

@@ -10,6 +10,7 @@ from keel_stream.cli.options import (
     MetricsHost,
     MetricsPort,
     load_settings,
+    optional_kafka,
     require_database,
 )
 from keel_stream.cli.service import Daemon
@@ -40,7 +41,7 @@ def run(
     config = HooksConfig.from_settings(
         settings,
         require_database(settings),
-        settings.kafka_bootstrap,
+        optional_kafka(settings),
         # hooks.allowedHosts of tenants without a document
         load_boot_config(settings.external_config),
     )

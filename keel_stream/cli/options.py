@@ -17,10 +17,10 @@ from keel_stream.errors import (
     InvalidSetting,
     KeelError,
     MissingDatabaseUrl,
-    MissingKafkaBootstrap,
     UnknownKind,
     UnknownProjection,
 )
+from keel_stream.kafka.settings import CLIENT_LOGGER, KafkaSettings, kafka_settings
 from keel_stream.kernel import Kind
 from keel_stream.logs import configure_logging
 from keel_stream.projections import ALL
@@ -39,8 +39,9 @@ __all__ = [
     "MetricsPort",
     "RelayShards",
     "load_settings",
-    "require_bootstrap",
+    "optional_kafka",
     "require_database",
+    "require_kafka",
 ]
 
 
@@ -136,7 +137,7 @@ def load_settings(*, use_running_dev: bool = True, **flags: Any) -> KeelSettings
     # The Kafka client logs through the standard library with no handler of its own; Python's
     # last-resort handler would print its records as raw lines beside the command's own report
     # (the Kafka seam puts the same cause into the error). Configured handlers still get them.
-    logging.getLogger("aiokafka").addHandler(logging.NullHandler())
+    logging.getLogger(CLIENT_LOGGER).addHandler(logging.NullHandler())
     return settings
 
 
@@ -163,12 +164,14 @@ def require_database(settings: KeelSettings) -> str:
     return settings.database_url
 
 
-def require_bootstrap(settings: KeelSettings) -> str:
-    if not settings.kafka_bootstrap:
-        raise MissingKafkaBootstrap(
-            f"set {env_var('kafka_bootstrap')} or --bootstrap (or start `keel-stream dev`)"
-        )
-    return settings.kafka_bootstrap
+def require_kafka(settings: KeelSettings) -> KafkaSettings:
+    """The command's Kafka settings; MissingKafkaBootstrap without a broker."""
+    return kafka_settings(settings)
+
+
+def optional_kafka(settings: KeelSettings) -> KafkaSettings | None:
+    """The command's Kafka settings, None when it is to run without a broker."""
+    return kafka_settings(settings) if settings.kafka_bootstrap else None
 
 
 @dataclass(frozen=True)

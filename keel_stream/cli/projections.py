@@ -17,8 +17,9 @@ from keel_stream.cli.options import (
     MetricsHost,
     MetricsPort,
     load_settings,
-    require_bootstrap,
+    optional_kafka,
     require_database,
+    require_kafka,
 )
 from keel_stream.cli.output import print_table
 from keel_stream.cli.service import Daemon
@@ -56,7 +57,7 @@ def run(
     run_worker(
         HostConfig(
             database_url=require_database(settings),
-            bootstrap=require_bootstrap(settings),
+            kafka=require_kafka(settings),
             topic_prefix=settings.topic_prefix,
             data_dir=settings.data_dir,
             batch_size=settings.projector_batch_size,
@@ -111,7 +112,7 @@ def rebuild(name: Name, database_url: DatabaseUrl = None, bootstrap: Bootstrap =
     from keel_stream.projector.rebuild import rebuild as rebuild_projection
 
     settings = load_settings(database_url=database_url, kafka_bootstrap=bootstrap)
-    dsn, servers = require_database(settings), require_bootstrap(settings)
+    dsn, servers = require_database(settings), require_kafka(settings)
 
     async def work() -> str:
         async with opened_store(dsn) as backend, kafka_translated(f"rebuild {name}"):
@@ -164,7 +165,7 @@ def status(database_url: DatabaseUrl = None, bootstrap: Bootstrap = None) -> Non
     async def work() -> None:
         async with opened_store(dsn, max_size=2) as backend, kafka_translated("read offsets"):
             store = backend.projections()
-            rows = await projection_status(store, settings.kafka_bootstrap, settings.topic_prefix)
+            rows = await projection_status(store, optional_kafka(settings), settings.topic_prefix)
         print_table(
             ["projection", "gen", "status", "sessions", "behind", "parked", "lag", "offsets"],
             (

@@ -15,8 +15,8 @@ from keel_stream.cli.options import (
     MetricsPort,
     RelayShards,
     load_settings,
-    require_bootstrap,
     require_database,
+    require_kafka,
 )
 from keel_stream.cli.service import Daemon
 from keel_stream.dev.components import relay_config
@@ -57,7 +57,7 @@ def _config(settings: KeelSettings, shard: int) -> RelayConfig:
     return relay_config(
         settings,
         require_database(settings),
-        require_bootstrap(settings),
+        require_kafka(settings),
         Shard(index=shard, count=settings.relay_shards),
     )
 

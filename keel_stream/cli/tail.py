@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from keel_stream.analytics.tail import TailOptions, tail
-from keel_stream.cli.options import KINDS, Bootstrap, load_settings, require_bootstrap
+from keel_stream.cli.options import KINDS, Bootstrap, load_settings, require_kafka
 from keel_stream.dev.signals import until_signalled
 from keel_stream.errors import TopicMissing
 from keel_stream.kafka.errors import kafka_translated
@@ -37,7 +37,7 @@ def tail_command(
     """Print keel.events.v1 as JSON lines, de-duplicated by (tenant, session, seq)."""
     settings = load_settings(kafka_bootstrap=bootstrap)
     options = TailOptions(
-        bootstrap=require_bootstrap(settings),
+        kafka=require_kafka(settings),
         topic=EVENTS.full_name(settings.topic_prefix),
         from_beginning=from_beginning,
         tenant=tenant,

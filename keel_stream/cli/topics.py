@@ -7,10 +7,10 @@ from typing import Annotated
 
 import typer
 
-from keel_stream.cli.options import Bootstrap, load_settings, require_bootstrap
+from keel_stream.cli.options import Bootstrap, load_settings, require_kafka
 from keel_stream.cli.output import print_table
+from keel_stream.kafka.admin import ApplyReport, PartitionState, apply_catalog, describe_topics
 from keel_stream.kafka.errors import kafka_translated
-from keel_stream.topics.admin import ApplyReport, PartitionState, apply_catalog, describe_topics
 
 __all__ = ["app"]
 
@@ -23,7 +23,7 @@ app = typer.Typer(no_args_is_help=True, help="The topic catalog on the broker.")
 def apply(bootstrap: Bootstrap = None) -> None:
     """Create missing topics and report configuration drift (exit 3 when there is some)."""
     settings = load_settings(kafka_bootstrap=bootstrap)
-    servers = require_bootstrap(settings)
+    servers = require_kafka(settings)
 
     async def work() -> ApplyReport:
         async with kafka_translated("apply topics"):
@@ -49,7 +49,7 @@ def describe(
 ) -> None:
     """Partitions, offsets (log start, high-water) and consumer-group lag."""
     settings = load_settings(kafka_bootstrap=bootstrap)
-    servers, groups = require_bootstrap(settings), group or []
+    servers, groups = require_kafka(settings), group or []
 
     async def work() -> list[PartitionState]:
         async with kafka_translated("describe topics"):

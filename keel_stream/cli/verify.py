@@ -13,8 +13,8 @@ from keel_stream.cli.options import (
     Bootstrap,
     DatabaseUrl,
     load_settings,
-    require_bootstrap,
     require_database,
+    require_kafka,
 )
 from keel_stream.cli.output import print_table
 from keel_stream.store import opened_store
@@ -57,7 +57,7 @@ def verify_command(
     """Check that keel.events.v1 holds every ledger event once, in order, and that every read
     model equals the fold of the ledger (exit 1 on any difference)."""
     settings = load_settings(database_url=database_url, kafka_bootstrap=bootstrap)
-    dsn, servers = require_database(settings), require_bootstrap(settings)
+    dsn, servers = require_database(settings), require_kafka(settings)
     options = VerifyOptions(
         scope=Scope(tenant, session),
         topic_prefix=settings.topic_prefix,

@@ -8,6 +8,7 @@ from keel_stream.cli.options import (
     MetricsHost,
     MetricsPort,
     load_settings,
+    optional_kafka,
     require_database,
 )
 from keel_stream.cli.service import Daemon
@@ -34,7 +35,7 @@ def worker(
         metrics_host=metrics_host,
     )
     config = worker_config(
-        settings, require_database(settings), settings.kafka_bootstrap, process_environ()
+        settings, require_database(settings), optional_kafka(settings), process_environ()
     )
     daemon = Daemon(settings, (Component.WORKER, Component.GATEWAY))
     daemon.start()

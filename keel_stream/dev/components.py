@@ -11,6 +11,7 @@ from keel_stream.api.app import ApiConfig
 from keel_stream.api.limits import ApiLimits
 from keel_stream.api.tenant_limits import TenantLimits
 from keel_stream.errors import InvalidSetting
+from keel_stream.kafka.settings import KafkaSettings
 from keel_stream.relay import RelayConfig, Shard
 from keel_stream.settings import KeelSettings, env_var
 from keel_stream.tenancy.document import load_boot_config
@@ -46,10 +47,12 @@ _NOT_PASSED = frozenset({"dev_api_key", "dev_kafka", "metrics_port", "no_color"}
 a KEEL_* variable, passes through as it is)."""
 
 
-def relay_config(settings: KeelSettings, dsn: str, bootstrap: str, shard: Shard) -> RelayConfig:
+def relay_config(
+    settings: KeelSettings, dsn: str, kafka: KafkaSettings, shard: Shard
+) -> RelayConfig:
     return RelayConfig(
         database_url=dsn,
-        bootstrap=bootstrap,
+        kafka=kafka,
         topic_prefix=settings.topic_prefix,
         shard=shard,
         batch_size=settings.relay_batch_size,
@@ -68,12 +71,12 @@ def provider(settings: KeelSettings) -> Provider:
 
 
 def worker_config(
-    settings: KeelSettings, dsn: str, bootstrap: str | None, environ: Mapping[str, str]
+    settings: KeelSettings, dsn: str, kafka: KafkaSettings | None, environ: Mapping[str, str]
 ) -> WorkerConfig:
     """InvalidConfig when KEEL_EXTERNAL_CONFIG names a file that is not a valid document."""
     return WorkerConfig(
         database_url=dsn,
-        bootstrap=bootstrap,
+        kafka=kafka,
         topic_prefix=settings.topic_prefix,
         slots=settings.worker_slots,
         tenant_slots=settings.worker_tenant_slots,
@@ -97,12 +100,12 @@ def worker_config(
 
 
 def api_config(
-    settings: KeelSettings, dsn: str, bootstrap: str | None, environ: Mapping[str, str]
+    settings: KeelSettings, dsn: str, kafka: KafkaSettings | None, environ: Mapping[str, str]
 ) -> ApiConfig:
     """InvalidConfig when KEEL_EXTERNAL_CONFIG names a file that is not a valid document."""
     return ApiConfig(
         database_url=dsn,
-        bootstrap=bootstrap,
+        kafka=kafka,
         topic_prefix=settings.topic_prefix,
         boot_config=load_boot_config(settings.external_config),
         data_dir=settings.data_dir,

@@ -19,6 +19,7 @@ import httpx
 
 from keel_stream.errors import BrokerError
 from keel_stream.kafka.incarnation import group_live
+from keel_stream.kafka.settings import KafkaSettings
 
 __all__ = [
     "Readiness",
@@ -36,10 +37,10 @@ class Readiness(StrEnum):
     TIMED_OUT = "timed out"
 
 
-async def _poll(bootstrap: str, group: str) -> None:
+async def _poll(kafka: KafkaSettings, group: str) -> None:
     while True:
         try:
-            if await group_live(bootstrap, group):
+            if await group_live(kafka, group):
                 return
         except BrokerError:
             pass  # not answering yet: ask again
@@ -73,11 +74,11 @@ async def _until(
 
 
 async def wait_projector_live(
-    bootstrap: str, group: str, unless: Sequence[asyncio.Future[Any]], timeout_s: float
+    kafka: KafkaSettings, group: str, unless: Sequence[asyncio.Future[Any]], timeout_s: float
 ) -> Readiness:
     """Wait until the group is live, any of `unless` is done (they are not cancelled here), or
     timeout_s passes."""
-    return await _until(_poll(bootstrap, group), unless, timeout_s)
+    return await _until(_poll(kafka, group), unless, timeout_s)
 
 
 async def wait_api_answers(

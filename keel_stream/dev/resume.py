@@ -26,11 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from keel_stream.kafka.admin import apply_catalog
 from keel_stream.kafka.errors import kafka_translated
 from keel_stream.kafka.incarnation import cluster_id
+from keel_stream.kafka.settings import KafkaSettings
 from keel_stream.store.backend import Database
 from keel_stream.store.outbox import RepublishReport
-from keel_stream.topics.admin import apply_catalog
 from keel_stream.topics.catalog import EVENTS
 
 __all__ = ["INCARNATION_FILE", "Resumed", "align_with_broker", "needs_reset", "realign"]
@@ -82,7 +83,7 @@ def _record(data_dir: Path, current: str) -> None:
 
 async def align_with_broker(
     store: Database,
-    bootstrap: str,
+    kafka: KafkaSettings,
     prefix: str,
     created: Sequence[str],
     data_dir: Path,
@@ -94,7 +95,7 @@ async def align_with_broker(
     data. Run before any projections worker starts."""
     source = EVENTS.full_name(prefix)
     topic_created = emptied or source in created
-    current = await cluster_id(bootstrap)
+    current = await cluster_id(kafka)
     reset = None
     if needs_reset(_recorded(data_dir), current, topic_created=topic_created):
         reset = await store.admin().reset_offsets([source])
@@ -104,13 +105,13 @@ async def align_with_broker(
 
 
 async def realign(
-    store: Database, bootstrap: str, prefix: str, data_dir: Path, *, emptied: bool
+    store: Database, kafka: KafkaSettings, prefix: str, data_dir: Path, *, emptied: bool
 ) -> tuple[Resumed, list[str]]:
     """After a broker restart, with no projections worker or relay running: apply the topic
     catalog, then align (align_with_broker); return what was done and the catalog's drift."""
     async with kafka_translated("apply topics"):
-        topics = await apply_catalog(bootstrap, prefix)
+        topics = await apply_catalog(kafka, prefix)
     resumed = await align_with_broker(
-        store, bootstrap, prefix, topics.created, data_dir, emptied=emptied
+        store, kafka, prefix, topics.created, data_dir, emptied=emptied
     )
     return resumed, topics.drift

@@ -38,12 +38,13 @@ from keel_stream.dev.resume import align_with_broker, realign
 from keel_stream.dev.servers import Embedded, ServerHooks, embedded_servers, watch_servers
 from keel_stream.dev.services import Services
 from keel_stream.dev.signals import remember_stop_signals, signals_remembered, until_signalled
+from keel_stream.kafka.admin import apply_catalog
 from keel_stream.kafka.errors import kafka_translated
+from keel_stream.kafka.settings import KafkaSettings, kafka_settings
 from keel_stream.logs import get_logger
 from keel_stream.settings import KeelSettings, env_var
 from keel_stream.store import opened_store
 from keel_stream.store.admin import migrate_database, migration_summary
-from keel_stream.topics.admin import apply_catalog
 from keel_stream.topics.groups import projector_group
 
 __all__ = ["DEV_TENANT", "DID_NOT_START", "supervise"]
@@ -104,16 +105,20 @@ class _Platform:
     say: Say
     log: structlog.stdlib.BoundLogger
 
+    @property
+    def kafka(self) -> KafkaSettings:
+        return kafka_settings(self.settings, self.servers)
+
     async def run(self, stop: asyncio.Event, *, once: bool) -> int:
         settings, say = self.settings, self.say
         say(migration_summary(await migrate_database(self.dsn)))
         async with kafka_translated("apply topics"):
-            topics = await apply_catalog(self.servers, settings.topic_prefix)
+            topics = await apply_catalog(self.kafka, settings.topic_prefix)
         say(f"database: {self.dsn}")
         say(f"kafka: {self.servers} (topics: {len(topics.created)} created)")
         async with opened_store(self.dsn, max_size=1) as store:
             resumed = await align_with_broker(
-                store, self.servers, settings.topic_prefix, topics.created, settings.data_dir
+                store, self.kafka, settings.topic_prefix, topics.created, settings.data_dir
             )
             say(f"broker: {resumed.summary()}")
             if once:
@@ -166,7 +171,7 @@ class _Platform:
             api = await wait_api_answers(api_url, unless, LIVE_TIMEOUT_S)
             projector = Readiness.ENDED
             if api is Readiness.LIVE:
-                projector = await wait_projector_live(self.servers, group, unless, LIVE_TIMEOUT_S)
+                projector = await wait_projector_live(self.kafka, group, unless, LIVE_TIMEOUT_S)
         finally:
             for future in unless:
                 future.cancel()
@@ -202,7 +207,7 @@ class _Running:
         async with opened_store(platform.dsn, max_size=1) as store:
             resumed, drift = await realign(
                 store,
-                servers,
+                kafka_settings(settings, servers),
                 settings.topic_prefix,
                 settings.data_dir,
                 emptied=platform.embedded.memory_only,

@@ -17,14 +17,14 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any, Final
 
-from aiokafka import AIOKafkaConsumer
-
 from keel_stream.errors import BrokerError, KeelError, TopicMissing
 from keel_stream.hooks.derive import FoldState, fold_many
 from keel_stream.hooks.matching import delivery_for, matches
 from keel_stream.hooks.metrics import DISPATCHED, GAP_FILLED
+from keel_stream.kafka import clients
 from keel_stream.kafka.errors import kafka_translated
 from keel_stream.kafka.partitions import topic_partitions
+from keel_stream.kafka.settings import KafkaSettings
 from keel_stream.logs import get_logger
 from keel_stream.projector.events import SourceEvent, SourceRecord, Undecodable, decode, gather
 from keel_stream.retry import Backoff
@@ -41,7 +41,7 @@ class Dispatcher:
     def __init__(
         self,
         store: HookDispatchStore,
-        bootstrap: str,
+        kafka: KafkaSettings,
         topic: str,
         group: str,
         *,
@@ -49,7 +49,7 @@ class Dispatcher:
         wake: asyncio.Event | None = None,
     ) -> None:
         self._store = store
-        self._bootstrap = bootstrap
+        self._kafka = kafka
         self._topic = topic
         self._group = group
         self._batch_size = batch_size
@@ -118,16 +118,16 @@ class Dispatcher:
                     await asyncio.wait_for(stop.wait(), backoff.next_delay())
 
     async def _consume(self, stop: asyncio.Event, backoff: Backoff) -> None:
-        if not await topic_partitions(self._bootstrap, [self._topic]):
+        if not await topic_partitions(self._kafka, [self._topic]):
             raise TopicMissing(f"{self._topic} does not exist yet (keel-stream topics apply)")
-        consumer = AIOKafkaConsumer(
+        consumer = clients.consumer(
+            self._kafka,
+            "hooks",
             self._topic,
-            bootstrap_servers=self._bootstrap,
             group_id=self._group,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             fetch_max_wait_ms=100,
-            request_timeout_ms=10_000,
         )
         try:
             async with kafka_translated("hooks: consume keel.events.v1"):

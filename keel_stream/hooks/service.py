@@ -17,6 +17,7 @@ from keel_stream.hooks.egress import (
 )
 from keel_stream.hooks.retry import RetryPolicy
 from keel_stream.hooks.sender import Sender, SenderConfig
+from keel_stream.kafka.settings import KafkaSettings
 from keel_stream.settings import KeelSettings
 from keel_stream.store import open_store
 from keel_stream.store.hooks import HookStore
@@ -61,7 +62,7 @@ def tenant_hosts(configs: TenantConfigCache) -> TenantHosts:
 @dataclass(frozen=True)
 class HooksConfig:
     database_url: str
-    bootstrap: str | None
+    kafka: KafkaSettings | None
     topic_prefix: str = ""
     policy: EgressPolicy = field(default_factory=EgressPolicy)
     sender: SenderConfig = field(default_factory=SenderConfig)
@@ -80,13 +81,13 @@ class HooksConfig:
         cls,
         settings: KeelSettings,
         database_url: str,
-        bootstrap: str | None,
+        kafka: KafkaSettings | None,
         boot_config: TenantConfig | None = None,
     ) -> HooksConfig:
         return cls(
             boot_config=boot_config,
             database_url=database_url,
-            bootstrap=bootstrap,
+            kafka=kafka,
             topic_prefix=settings.topic_prefix,
             policy=EgressPolicy.parse(settings.hooks_allowed_hosts),
             sender=SenderConfig(
@@ -116,10 +117,10 @@ async def run_hooks(config: HooksConfig, stop: asyncio.Event) -> None:
             ).run(stop)
             for _ in range(config.senders)
         ]
-        if config.bootstrap is not None:
+        if config.kafka is not None:
             dispatcher = Dispatcher(
                 store.hook_dispatch(),
-                config.bootstrap,
+                config.kafka,
                 EVENTS.full_name(config.topic_prefix),
                 group_name(config.topic_prefix),
                 batch_size=config.batch_size,

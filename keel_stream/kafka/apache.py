@@ -23,11 +23,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO
 
-from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
+from keel_stream.kafka import clients
 from keel_stream.kafka.apache_resolve import LOG4J_CONFIG, pinned_version, require_java, resolve
 from keel_stream.kafka.broker import free_port
+from keel_stream.kafka.settings import KafkaSettings
 
 __all__ = [
     "ApacheKafka",
@@ -119,7 +120,8 @@ def _accepts(port: int) -> bool:
 
 
 async def _lists_itself(bootstrap: str) -> bool:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=3_000)
+    # The node this process started: plain text on the loopback.
+    admin = clients.admin(KafkaSettings(bootstrap), "probe", request_timeout_ms=3_000)
     try:
         await asyncio.wait_for(admin.start(), 5)
         cluster = await asyncio.wait_for(admin.describe_cluster(), 5)

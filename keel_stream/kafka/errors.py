@@ -3,20 +3,47 @@ further (as the store does for the database driver)."""
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Final
 
 from aiokafka import errors as kafka
 
-from keel_stream.errors import BrokerError, BrokerUnavailable, KeelError, TopicMissing
+from keel_stream.errors import (
+    BrokerAccessDenied,
+    BrokerError,
+    BrokerUnavailable,
+    KeelError,
+    TopicMissing,
+)
 
 __all__ = [
+    "KafkaClientError",
     "broker_error",
+    "client_failure",
     "idempotence_unsupported",
     "kafka_translated",
     "producer_session_lost",
+    "record_refusal",
+    "transient",
 ]
+
+KafkaClientError = kafka.KafkaError
+"""The root of the Kafka client's own errors."""
+
+_DENIED: Final = (
+    ssl.SSLCertVerificationError,  # an OSError: without this it would pass for the broker away
+    kafka.SaslAuthenticationFailed,
+    kafka.AuthenticationFailedError,
+    kafka.AuthenticationMethodNotSupported,
+    kafka.UnsupportedSaslMechanismError,
+    kafka.IllegalSaslStateError,
+    kafka.TransactionalIdAuthorizationFailed,
+    kafka.TopicAuthorizationFailedError,
+    kafka.GroupAuthorizationFailedError,
+    kafka.ClusterAuthorizationFailedError,
+)
 
 _UNAVAILABLE: Final = (
     OSError,
@@ -39,12 +66,17 @@ def broker_error(action: str, exc: BaseException) -> KeelError:
         return exc
     if isinstance(exc, kafka.UnknownTopicOrPartitionError):
         return TopicMissing(f"{action}: {exc}")
+    if isinstance(exc, _DENIED):
+        return BrokerAccessDenied(f"{action}: {_named(exc)}")
     retriable = isinstance(exc, _UNAVAILABLE) or bool(getattr(exc, "retriable", False))
     error_class = BrokerUnavailable if retriable else BrokerError
-    text = str(exc)
-    name = exc.__class__.__name__
+    return error_class(f"{action}: {_named(exc)}")
+
+
+def _named(exc: BaseException) -> str:
+    text, name = str(exc), exc.__class__.__name__
     # aiokafka's messages often start with the class name already; say it once.
-    return error_class(f"{action}: {text if text.startswith(name) else f'{name}: {text}'}")
+    return text if text.startswith(name) else f"{name}: {text}"
 
 
 @asynccontextmanager
@@ -86,3 +118,38 @@ def producer_session_lost(exc: BaseException) -> bool:
     """True for a failure of the idempotent producer's session (its producer id, epoch or
     sequence numbers) that a new producer, with a new producer id, does not have."""
     return isinstance(exc, _PRODUCER_SESSION_LOST)
+
+
+def transient(exc: BaseException) -> bool:
+    """True for a failure of the Kafka client (or the connection under it) that may pass when
+    tried again later, the way broker_error classifies it; also a lost producer session, which
+    a new producer does not inherit."""
+    if producer_session_lost(exc):
+        return True
+    if isinstance(exc, kafka.KafkaError | ConnectionError | TimeoutError):
+        return broker_error("classify", exc).retriable
+    return False
+
+
+def client_failure(exc: BaseException) -> bool:
+    """True for an error the Kafka client raised (not one of the caller's own)."""
+    return isinstance(exc, kafka.KafkaError)
+
+
+_TOO_LARGE: Final = (
+    kafka.MessageSizeTooLargeError,
+    kafka.RecordListTooLargeError,
+    kafka.RecordTooLargeError,
+)
+_INVALID: Final = (kafka.CorruptRecordException, kafka.UnknownError)
+"""INVALID_RECORD (87) reaches the client as an UnknownError."""
+
+
+def record_refusal(exc: BaseException) -> str | None:
+    """Why the broker (or the producer) refused one record for what it is: too_large or
+    refused; None when the failure is not about the record."""
+    if isinstance(exc, _TOO_LARGE):
+        return "too_large"
+    if isinstance(exc, _INVALID):
+        return "refused"
+    return None

@@ -15,19 +15,20 @@ from typing import Any, Final
 
 from aiokafka.admin import AIOKafkaAdminClient
 
+from keel_stream.kafka import clients
 from keel_stream.kafka.errors import kafka_translated
+from keel_stream.kafka.settings import KafkaSettings
 
 __all__ = ["cluster_id", "group_live"]
 
-_TIMEOUT_MS: Final = 10_000
 _STATE: Final = 2
 _MEMBERS: Final = 5
 """Positions in a DescribeGroups response's group entry (error, id, state, type, protocol,
 members)."""
 
 
-async def _admin(bootstrap: str) -> AIOKafkaAdminClient:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=_TIMEOUT_MS)
+async def _admin(kafka: KafkaSettings) -> AIOKafkaAdminClient:
+    admin = clients.admin(kafka, "probe")
     try:
         await admin.start()
     except BaseException:
@@ -36,10 +37,10 @@ async def _admin(bootstrap: str) -> AIOKafkaAdminClient:
     return admin
 
 
-async def cluster_id(bootstrap: str) -> str:
+async def cluster_id(kafka: KafkaSettings) -> str:
     """The broker's cluster id ("" when it reports none)."""
     async with kafka_translated("read the cluster id"):
-        admin = await _admin(bootstrap)
+        admin = await _admin(kafka)
         try:
             described: dict[str, Any] = await admin.describe_cluster()
         finally:
@@ -47,10 +48,10 @@ async def cluster_id(bootstrap: str) -> str:
     return str(described.get("cluster_id") or "")
 
 
-async def group_live(bootstrap: str, group: str) -> bool:
+async def group_live(kafka: KafkaSettings, group: str) -> bool:
     """True when the consumer group is Stable with at least one member."""
     async with kafka_translated(f"describe consumer group {group}"):
-        admin = await _admin(bootstrap)
+        admin = await _admin(kafka)
         try:
             responses = await admin.describe_consumer_groups([group])
         finally:

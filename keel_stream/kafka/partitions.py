@@ -10,18 +10,27 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from aiokafka import TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.partitioner import murmur2
 
+from keel_stream.kafka import clients
 from keel_stream.kafka.errors import kafka_translated
+from keel_stream.kafka.settings import KafkaSettings
 
-__all__ = ["topic_partitions"]
+__all__ = ["key_partition", "topic_partitions"]
 
 
-async def topic_partitions(bootstrap: str, topics: Sequence[str]) -> list[TopicPartition]:
+def key_partition(key: bytes, partitions: int) -> int:
+    """The partition index a record key lands in among `partitions`, as the client's default
+    partitioner (murmur2, like the Java client's) picks it."""
+    hashed: int = murmur2(key)
+    return (hashed & 0x7FFFFFFF) % partitions
+
+
+async def topic_partitions(kafka: KafkaSettings, topics: Sequence[str]) -> list[TopicPartition]:
     """Every partition of the named topics that exist, in topic and partition order; a topic
     that does not exist contributes none."""
     async with kafka_translated("describe topics"):
-        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+        admin = clients.admin(kafka, "metadata")
         try:
             await admin.start()
             described = await admin.describe_topics(list(topics))

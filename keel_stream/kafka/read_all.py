@@ -14,12 +14,13 @@ from dataclasses import dataclass
 from typing import Final
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaTimeoutError
 
 from keel_stream.errors import BrokerError, TopicMissing
+from keel_stream.kafka import clients
 from keel_stream.kafka.errors import kafka_translated
 from keel_stream.kafka.partitions import topic_partitions
+from keel_stream.kafka.settings import KafkaSettings
 
 __all__ = ["RawRecord", "TopicRead", "read_to_end"]
 
@@ -45,7 +46,7 @@ class TopicRead:
 
 
 async def read_to_end(
-    bootstrap: str,
+    kafka: KafkaSettings,
     topic: str,
     on_batch: Callable[[Sequence[RawRecord]], None],
     *,
@@ -57,18 +58,17 @@ async def read_to_end(
     TopicMissing when the topic does not exist; BrokerUnavailable when the broker cannot be
     reached or no record arrives for stall_timeout_s while some are still due.
     """
-    partitions = await _partitions(bootstrap, topic)
+    partitions = await _partitions(kafka, topic)
     async with kafka_translated(f"read {topic}"):
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=bootstrap,
+        consumer = clients.consumer(
+            kafka,
+            "verify",
             enable_auto_commit=False,
             # A reset the client starts by itself on assignment must not land at "latest": it
             # can win over a seek_to_beginning issued after it (seen on the embedded broker).
             auto_offset_reset="earliest",
             fetch_max_wait_ms=100,
             max_partition_fetch_bytes=8 * 1024 * 1024,
-            request_timeout_ms=10_000,
-            client_id="keel-verify",
         )
         await consumer.start()
         try:
@@ -85,25 +85,23 @@ async def read_to_end(
     )
 
 
-async def _partitions(bootstrap: str, topic: str) -> list[TopicPartition]:
+async def _partitions(kafka: KafkaSettings, topic: str) -> list[TopicPartition]:
     """The topic's partitions; a topic created a moment ago (Apache Kafka lists it up to ~0.5 s
     late) is asked for again for a few seconds before it counts as missing."""
     loop = asyncio.get_running_loop()
     settled = loop.time() + _METADATA_SETTLE_S
-    while not (
-        await _listed(bootstrap, topic) and (found := await topic_partitions(bootstrap, [topic]))
-    ):
+    while not (await _listed(kafka, topic) and (found := await topic_partitions(kafka, [topic]))):
         if loop.time() > settled:
             raise TopicMissing(f"topic {topic} does not exist (run `keel-stream topics apply`)")
         await asyncio.sleep(_POLL_MS / 1000)
     return found
 
 
-async def _listed(bootstrap: str, topic: str) -> bool:
+async def _listed(kafka: KafkaSettings, topic: str) -> bool:
     """Whether the broker lists the topic. Asked first because a metadata request naming a
     topic makes some brokers create it (with default settings), and a read must never do that."""
     async with kafka_translated("list topics"):
-        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+        admin = clients.admin(kafka, "verify")
         try:
             await admin.start()
             return topic in await admin.list_topics()

@@ -17,11 +17,12 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaTimeoutError
 
+from keel_stream.kafka import clients
 from keel_stream.kafka.errors import kafka_translated
 from keel_stream.kafka.records import EventRecordCodec
+from keel_stream.kafka.settings import KafkaSettings
 
 __all__ = ["SessionKey", "published_seqs"]
 
@@ -32,7 +33,7 @@ _POLL_MS = 200
 
 
 async def published_seqs(
-    bootstrap: str, topic: str, depth: int, *, timeout_s: float = 30.0
+    kafka: KafkaSettings, topic: str, depth: int, *, timeout_s: float = 30.0
 ) -> dict[SessionKey, set[int]]:
     """Per (tenant, session), the seqs found in the last `depth` records (at least) of each of
     the topic's partitions. Records that do not decode as events are passed over.
@@ -47,18 +48,18 @@ async def published_seqs(
     async with kafka_translated(f"read the tail of {topic}"):
         try:
             async with asyncio.timeout(timeout_s):
-                partitions = await _partitions(bootstrap, topic)
-                await _read_tails(bootstrap, partitions, depth, found)
+                partitions = await _partitions(kafka, topic)
+                await _read_tails(kafka, partitions, depth, found)
         except TimeoutError as exc:
             raise KafkaTimeoutError(f"the tail read did not finish in {timeout_s}s") from exc
     return dict(found)
 
 
-async def _partitions(bootstrap: str, topic: str) -> list[TopicPartition]:
+async def _partitions(kafka: KafkaSettings, topic: str) -> list[TopicPartition]:
     """The topic's partitions, from a metadata request naming it (a consumer's own metadata
     lists no topic before it is assigned one). A topic created a moment ago may take a moment
     to appear: it is waited for, until the read's deadline."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+    admin = clients.admin(kafka, "relay-tail")
     try:
         await admin.start()
         while True:
@@ -73,18 +74,12 @@ async def _partitions(bootstrap: str, topic: str) -> list[TopicPartition]:
 
 
 async def _read_tails(
-    bootstrap: str,
+    kafka: KafkaSettings,
     partitions: list[TopicPartition],
     depth: int,
     found: dict[SessionKey, set[int]],
 ) -> None:
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        enable_auto_commit=False,
-        fetch_max_wait_ms=50,
-        request_timeout_ms=10_000,
-        client_id="keel-relay-tail",
-    )
+    consumer = clients.consumer(kafka, "relay-tail", enable_auto_commit=False, fetch_max_wait_ms=50)
     try:
         await consumer.start()
         await _read(consumer, partitions, depth, found)

@@ -17,10 +17,10 @@ from datetime import datetime
 from typing import Any, Final, Protocol
 
 import orjson
-from aiokafka.errors import KafkaError
 from prometheus_client import Counter, Gauge
 
 from keel_stream.errors import KeelError
+from keel_stream.kafka.errors import client_failure
 from keel_stream.kafka.records import CLAIM_CHECK_FIELD, is_claim_check
 from keel_stream.kernel.types import EventLike
 from keel_stream.projections.base import Folded, Projection, fresh
@@ -210,7 +210,7 @@ def isolable(exc: BaseException) -> bool:
     the broker failing (a keel error, an OSError, a Kafka client error) never is."""
     if isinstance(exc, KeelError):
         return refused_by_store(exc)
-    return isinstance(exc, Exception) and not isinstance(exc, OSError | KafkaError)
+    return isinstance(exc, Exception) and not (isinstance(exc, OSError) or client_failure(exc))
 
 
 def describe(exc: BaseException) -> str:

@@ -28,16 +28,17 @@ from typing import Any, Final
 
 import faust
 import structlog
-from aiokafka import AIOKafkaProducer
-from aiokafka.partitioner import murmur2
 from faust.exceptions import ConsumerNotStarted
-from faust.transport.drivers.aiokafka import Consumer as AIOKafkaFaustConsumer
-from faust.transport.drivers.aiokafka import Transport as AIOKafkaTransport
 from mode.supervisors import CrashingSupervisor
 
 from keel_stream.errors import BrokerUnavailable
+from keel_stream.kafka import clients
+from keel_stream.kafka.admin import apply_catalog
 from keel_stream.kafka.errors import kafka_translated
+from keel_stream.kafka.faust_app import faust_broker, stored_offset_transport
+from keel_stream.kafka.partitions import key_partition
 from keel_stream.kafka.records import record_key
+from keel_stream.kafka.settings import KafkaSettings
 from keel_stream.logs import get_logger, route_stdlib_logging
 from keel_stream.metrics import Component, declare, serve_metrics
 from keel_stream.projections import ALL
@@ -50,12 +51,12 @@ from keel_stream.relay.retry import relay_retry
 from keel_stream.retry import Retrying, RetryPolicy, retrying
 from keel_stream.store import Store, open_store
 from keel_stream.store.projection_state import ProjectionStore
-from keel_stream.topics.admin import apply_catalog
 from keel_stream.topics.catalog import EVENTS, SSE
 
 __all__ = ["HostConfig", "build_app", "run_worker"]
 
 _LAG_EVERY_S: Final = 1.0
+_REBALANCE_TIMEOUT_S: Final = 20.0
 _CRASH_STOP_S: Final = 20.0
 STARTUP_PATIENCE_S: Final = 60.0
 """How long the worker waits at start for a broker that does not answer yet."""
@@ -65,7 +66,7 @@ _log = get_logger("projector")
 @dataclass(frozen=True)
 class HostConfig:
     database_url: str
-    bootstrap: str
+    kafka: KafkaSettings
     topic_prefix: str = ""
     data_dir: Path = Path(".keel")
     batch_size: int = 500
@@ -95,7 +96,7 @@ class _Runtime:
         self._backend: Store | None = None
         self._store: ProjectionStore | None = None
         self._applier: Applier | None = None
-        self._producer: AIOKafkaProducer | None = None
+        self._producer: clients.Producer | None = None
         self._ready = asyncio.Lock()
         self.partitions = EVENTS.partitions
         self.resumed: set[int] = set()
@@ -123,11 +124,12 @@ class _Runtime:
             self._applier = Applier(store, self.tally.wrap(ALL), self.source, self._publish_frames)
         return self._applier
 
-    async def producer(self) -> AIOKafkaProducer:
+    async def producer(self) -> clients.Producer:
         async with self._ready:
             if self._producer is None:
-                producer = AIOKafkaProducer(
-                    bootstrap_servers=self.config.bootstrap,
+                producer = clients.producer(
+                    self.config.kafka,
+                    "projector",
                     acks="all",
                     linger_ms=2,
                     max_request_size=SSE.max_message_bytes,
@@ -212,36 +214,26 @@ class _Runtime:
 
     def owns(self, assigned: set[int]) -> Callable[[str, str], bool]:
         def owns_session(tenant: str, session: str) -> bool:
-            index = (murmur2(record_key(tenant, session)) & 0x7FFFFFFF) % self.partitions
-            return index in assigned
+            return key_partition(record_key(tenant, session), self.partitions) in assigned
 
         return owns_session
 
 
-def _transport(runtime: _Runtime, app: faust.App) -> AIOKafkaTransport:
-    """Faust's aiokafka transport with a consumer that seeks to the stored offsets."""
+def _transport(runtime: _Runtime, app: faust.App) -> faust.types.TransportT:
+    """Faust's transport, with a consumer that seeks to the offsets stored with the models."""
 
-    class StoredOffsetConsumer(AIOKafkaFaustConsumer):
-        """Resumes each source partition from the offset stored with the read models."""
+    async def stored() -> dict[int, int]:
+        return await retrying(
+            runtime.stored_offsets, "read stored offsets", runtime.config.retry, runtime.log
+        )
 
-        async def perform_seek(self) -> None:
-            await super().perform_seek()
-            stored = await retrying(
-                runtime.stored_offsets, "read stored offsets", runtime.config.retry, runtime.log
-            )
-            assigned = {tp.partition for tp in self.assignment() if tp.topic == runtime.source}
-            for tp in self.assignment():
-                if tp.topic == runtime.source:
-                    await self.seek(tp, stored.get(tp.partition, 0))
-            forget_lag(runtime.source, set(runtime.positions) - assigned)
-            runtime.positions = {p: stored.get(p, 0) for p in assigned}
-            runtime.resumed.clear()
-            runtime.log.info("resumed from stored offsets", offsets=stored)
+    def resumed(offsets: dict[int, int], assigned: set[int]) -> None:
+        forget_lag(runtime.source, set(runtime.positions) - assigned)
+        runtime.positions = {p: offsets.get(p, 0) for p in assigned}
+        runtime.resumed.clear()
+        runtime.log.info("resumed from stored offsets", offsets=offsets)
 
-    class StoredOffsetTransport(AIOKafkaTransport):
-        Consumer = StoredOffsetConsumer
-
-    return StoredOffsetTransport(app.conf.broker_consumer, app)
+    return stored_offset_transport(app, runtime.source, stored, resumed)
 
 
 def _records(batch: Sequence[faust.EventT[bytes]]) -> list[SourceRecord | Undecodable]:
@@ -261,18 +253,15 @@ def build_app(config: HostConfig) -> faust.App:
     datadir.mkdir(parents=True, exist_ok=True)  # Faust does not create it
     app = faust.App(
         config.group,
-        broker=f"kafka://{config.bootstrap}",
         store="memory://",
         datadir=str(datadir),
         web_enabled=False,
         topic_disable_leader=True,
         topic_allow_declare=False,
         consumer_auto_offset_reset="earliest",
-        broker_session_timeout=10,
-        broker_heartbeat_interval=1,
-        broker_rebalance_timeout=20,
         broker_commit_every=500,
         stream_wait_empty=False,
+        **faust_broker(config.kafka, "projector", rebalance_timeout_s=_REBALANCE_TIMEOUT_S),
     )
     app.transport = _transport(runtime, app)
     source = app.topic(runtime.source, value_serializer="raw", key_serializer="raw")
@@ -347,7 +336,7 @@ async def _apply_topics(config: HostConfig, patience_s: float = STARTUP_PATIENCE
 
     async def apply() -> None:
         async with kafka_translated("apply topics"):
-            await apply_catalog(config.bootstrap, config.topic_prefix)
+            await apply_catalog(config.kafka, config.topic_prefix)
 
     await retrying(apply, "apply topics", _broker_patience(patience_s), _log)
 
@@ -382,7 +371,7 @@ def run_worker(config: HostConfig) -> None:
     logging.getLogger("faust").setLevel(logging.WARNING)
     # Faust's own logging setup (colored lines on stdout) stays off: its loggers, and the Kafka
     # client's, write our structured lines on stderr.
-    route_stdlib_logging("aiokafka")
+    route_stdlib_logging(clients.CLIENT_LOGGER)
     declare(Component.PROJECTOR)
     if config.metrics_port is not None:
         serve_metrics(config.metrics_host, config.metrics_port)

@@ -22,10 +22,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
-
 from keel_stream.errors import UnknownProjection
+from keel_stream.kafka import clients
 from keel_stream.kafka.partitions import topic_partitions
+from keel_stream.kafka.settings import KafkaSettings
 from keel_stream.projections import ALL
 from keel_stream.projections.base import Folded, Projection
 from keel_stream.projections.transcript_rows import TranscriptRows, in_memory, to_rows
@@ -76,9 +76,10 @@ class RebuildReport:
 class _Reader:
     """A group-less consumer over every partition of the source, from offset zero."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        self._consumer = AIOKafkaConsumer(
-            bootstrap_servers=bootstrap,
+    def __init__(self, kafka: KafkaSettings, topic: str) -> None:
+        self._consumer = clients.consumer(
+            kafka,
+            "rebuild",
             enable_auto_commit=False,
             # assign() starts a reset of its own; "latest" could win over the seek to the start
             # on some brokers and skip the topic (the rebuild would then heal from the ledger).
@@ -86,13 +87,13 @@ class _Reader:
             fetch_max_wait_ms=100,
             max_partition_fetch_bytes=8 * 1024 * 1024,
         )
-        self._bootstrap = bootstrap
+        self._kafka = kafka
         self._topic = topic
-        self.partitions: list[TopicPartition] = []
+        self.partitions: list[clients.TopicPartition] = []
 
     async def start(self) -> None:
         _, self.partitions = await asyncio.gather(
-            self._consumer.start(), topic_partitions(self._bootstrap, [self._topic])
+            self._consumer.start(), topic_partitions(self._kafka, [self._topic])
         )
         self._consumer.assign(self.partitions)
         await self._consumer.seek_to_beginning(*self.partitions)
@@ -317,7 +318,7 @@ async def _stores_rows(store: ProjectionStore, projection: Projection[Any]) -> b
 
 async def rebuild(
     store: ProjectionStore,
-    bootstrap: str,
+    kafka: KafkaSettings,
     name: str,
     *,
     topic_prefix: str = "",
@@ -330,7 +331,7 @@ async def rebuild(
         raise UnknownProjection(f"no read model named {name!r}")
     topic = EVENTS.full_name(topic_prefix)
     started = time.monotonic()
-    reader = _Reader(bootstrap, topic)
+    reader = _Reader(kafka, topic)
     try:
         generation, rows, _ = await asyncio.gather(
             store.new_generation(name), _stores_rows(store, projection), reader.start()

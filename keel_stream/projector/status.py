@@ -6,9 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from keel_stream.kafka.admin import high_water_marks
+from keel_stream.kafka.settings import KafkaSettings
 from keel_stream.store.projection_parked import ParkedSession
 from keel_stream.store.projection_state import ProjectionStore
-from keel_stream.topics.admin import high_water_marks
 from keel_stream.topics.catalog import EVENTS
 
 __all__ = [
@@ -37,10 +38,10 @@ class GenerationStatus:
 
 
 async def projection_status(
-    store: ProjectionStore, bootstrap: str | None, topic_prefix: str = ""
+    store: ProjectionStore, kafka: KafkaSettings | None, topic_prefix: str = ""
 ) -> list[GenerationStatus]:
     topic = EVENTS.full_name(topic_prefix)
-    highs = await high_water_marks(bootstrap, topic) if bootstrap else None
+    highs = await high_water_marks(kafka, topic) if kafka is not None else None
     parked = await store.parked().counts()
     result = []
     for g in await store.generations():

@@ -11,22 +11,19 @@ again. The relay then opens a new publisher, which reads the topic's tail first.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaTimeoutError
-
-from keel_stream.kafka.errors import idempotence_unsupported
+from keel_stream.errors import BrokerUnavailable
+from keel_stream.kafka.admin import apply_catalog
+from keel_stream.kafka.producer import BatchProducer, Partitioner, Queued
 from keel_stream.kafka.records import EventRecordCodec, OutgoingRecord
+from keel_stream.kafka.settings import KafkaSettings
 from keel_stream.kafka.tail import published_seqs
-from keel_stream.relay.batching import Partitioner, Queued, queue_records
 from keel_stream.relay.skip import PublishedTail
 from keel_stream.store.outbox import OutboxRow
-from keel_stream.topics.admin import apply_catalog
 from keel_stream.topics.catalog import EVENTS
 
 __all__ = ["PublishResult", "Publisher", "acknowledged"]
@@ -68,49 +65,10 @@ def acknowledged(
 def _outcome(future: asyncio.Future[Any]) -> object:
     """A record's result: its metadata, its exception, or a timeout if it has neither."""
     if not future.done():
-        return KafkaTimeoutError("no acknowledgement, and the batch was not failed either")
+        return BrokerUnavailable("no acknowledgement, and the batch was not failed either")
     if future.cancelled():
-        return KafkaTimeoutError("the record was cancelled before its acknowledgement")
+        return BrokerUnavailable("the record was cancelled before its acknowledgement")
     return future.exception() or future.result()
-
-
-def _retrieved(future: asyncio.Future[Any]) -> None:
-    if future.done() and not future.cancelled():
-        future.exception()
-
-
-async def _started(bootstrap: str, idempotent: bool, max_record_bytes: int) -> AIOKafkaProducer:
-    producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap,
-        acks="all",
-        enable_idempotence=idempotent,
-        linger_ms=5,
-        request_timeout_ms=5_000,
-        max_batch_size=min(256 * 1024, max_record_bytes),
-        # A record larger than the topic takes is refused here, before it reaches the broker.
-        max_request_size=max_record_bytes,
-        client_id="keel-relay",
-    )
-    try:
-        await producer.start()  # an idempotent producer gets its producer id here
-    except BaseException:
-        await producer.stop()
-        raise
-    return producer
-
-
-async def start_producer(
-    bootstrap: str, try_idempotent: bool, max_record_bytes: int = EVENTS.max_message_bytes
-) -> tuple[AIOKafkaProducer, bool]:
-    """A started producer, idempotent when asked for and the broker offers it; and whether it
-    is. A broker without producer ids (InitProducerId) gets a plain producer."""
-    if try_idempotent:
-        try:
-            return await _started(bootstrap, True, max_record_bytes), True
-        except Exception as exc:
-            if not idempotence_unsupported(exc):
-                raise
-    return await _started(bootstrap, False, max_record_bytes), False
 
 
 def _records(
@@ -134,30 +92,27 @@ def _records(
 
 
 class Publisher:
-    """An aiokafka producer (acks=all; idempotent where the broker offers it) for one topic,
+    """A producer (acks=all; idempotent where the broker offers it) for one topic,
     and what the topic's tail held when it opened.
 
     Correctness does not rest on producer idempotence or transactions (not every broker speaks
     them): a row is acknowledged or it is sent again, and consumers de-duplicate by seq. The
-    idempotent producer keeps a batch that aiokafka retries from landing twice; the tail keeps a
+    idempotent producer keeps a batch that the client retries from landing twice; the tail keeps a
     batch that an earlier publisher wrote and could not delete from being sent again.
     """
 
     def __init__(
         self,
-        bootstrap: str,
         topic: str,
-        producer: AIOKafkaProducer,
+        producer: BatchProducer,
         *,
-        idempotent: bool = False,
         tail: PublishedTail | None = None,
         ack_timeout_s: float = ACK_TIMEOUT_S,
         max_record_bytes: int = EVENTS.max_message_bytes,
     ) -> None:
-        self._bootstrap = bootstrap
         self._topic = topic
         self._producer = producer
-        self.idempotent = idempotent
+        self.idempotent = producer.idempotent
         self.tail = tail if tail is not None else PublishedTail()
         self._ack_timeout_s = ack_timeout_s
         self._max_record_bytes = max_record_bytes
@@ -165,13 +120,11 @@ class Publisher:
         self._queueing = asyncio.Lock()  # FIFO: calls queue their records in call order
         self._ended: BaseException | None = None
         """The failure that ended this publisher: nothing is queued after it."""
-        self._stopped = False
-        """Whether the producer's sender was stopped (and what it held failed)."""
 
     @classmethod
     async def open(
         cls,
-        bootstrap: str,
+        kafka: KafkaSettings,
         topic: str,
         prefix: str,
         *,
@@ -187,18 +140,18 @@ class Publisher:
         The topics are (re)applied on every open because a broker that lost its data (the
         memory-only dev broker after a restart) would otherwise auto-create them with defaults.
         """
-        await apply_catalog(bootstrap, prefix)
-        producer, idempotent = await start_producer(bootstrap, try_idempotent, max_record_bytes)
+        await apply_catalog(kafka, prefix)
+        producer = await BatchProducer.start(
+            kafka, "relay", try_idempotent=try_idempotent, max_record_bytes=max_record_bytes
+        )
         try:
-            tail = PublishedTail(await published_seqs(bootstrap, topic, tail_depth))
+            tail = PublishedTail(await published_seqs(kafka, topic, tail_depth))
         except BaseException:
-            await producer.stop()
+            await producer.close()
             raise
         return cls(
-            bootstrap,
             topic,
             producer,
-            idempotent=idempotent,
             tail=tail,
             ack_timeout_s=ack_timeout_s,
             max_record_bytes=max_record_bytes,
@@ -222,8 +175,7 @@ class Publisher:
         async with self._queueing:
             if self._ended is not None:
                 return PublishResult(acked=0, error=copy.copy(self._ended))
-            queued = await queue_records(
-                self._producer,
+            queued = await self._producer.queue(
                 self._topic,
                 _records(rows, claim_check),
                 self._partitioner,
@@ -239,7 +191,7 @@ class Publisher:
         if queued.futures:
             _, late = await asyncio.wait(queued.futures, timeout=self._ack_timeout_s)
             if late:
-                self._end(KafkaTimeoutError(f"no acknowledgement within {self._ack_timeout_s}s"))
+                self._end(BrokerUnavailable(f"no acknowledgement within {self._ack_timeout_s}s"))
                 await asyncio.wait(late, timeout=_STOP_TIMEOUT_S)  # failed by _end, at once
         outcomes = [_outcome(queued.futures[slot]) for slot in queued.owners]
         return acknowledged(outcomes, queued.error)
@@ -256,47 +208,14 @@ class Publisher:
         """Stop sending: every batch the producer still holds fails with the first error."""
         if self._ended is None:
             self._ended = error
-        if not self._stopped:
-            self._stopped = True
-            _stop_sending(self._producer, self._ended)
+        self._producer.stop_sending(self._ended)
 
     async def close(self) -> None:
         """Stop the producer.
 
-        Records still unacknowledged (aiokafka's idempotent producer retries a batch until it
+        Records still unacknowledged (the idempotent producer retries a batch until it
         is delivered, and never gives one up) are abandoned first: stopping would otherwise wait
         for a broker that may not come back, and a batch delivered later would land behind the
         next publisher's tail read.
         """
-        try:
-            if self._stopped:
-                await _sender_finished(self._producer)
-            await asyncio.wait_for(self._producer.stop(), _STOP_TIMEOUT_S)
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await self._producer.client.close()
-            raise
-
-
-def _stop_sending(producer: AIOKafkaProducer, error: BaseException) -> None:
-    """End the producer's sender (it lets the requests in flight finish, and takes no new batch)
-    and fail every batch it still holds with `error`. aiokafka 0.14 has no public way to do
-    this; it is pinned, and tests/integration/test_relay_exactly_once.py covers this path."""
-    sender = producer._sender.sender_task
-    if sender is not None and not sender.done():
-        sender.cancel()
-    accumulator = producer._message_accumulator
-    held = [b for queue in accumulator._batches.values() for b in queue]
-    held += list(accumulator._pending_batches)
-    accumulator.fail_all(error)
-    for batch in held:  # nobody waits on them any more: keep asyncio from reporting them
-        _retrieved(batch._drain_waiter)
-
-
-async def _sender_finished(producer: AIOKafkaProducer) -> None:
-    """Wait (within a bound) for the ended sender's requests in flight to come back."""
-    sender = producer._sender.sender_task
-    if sender is not None and not sender.done():
-        await asyncio.wait([sender], timeout=_STOP_TIMEOUT_S)
-    if sender is not None:
-        _retrieved(sender)  # it may end with the error of a retry that found its batch failed
+        await self._producer.close()

@@ -2,7 +2,7 @@
 
 A refusal is about one record when the same record would be refused however often it is sent:
 larger than the topic or the producer takes (MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE), refused
-as invalid (CORRUPT_MESSAGE; INVALID_RECORD, which aiokafka reports as UnknownError), or not
+as invalid (CORRUPT_MESSAGE; INVALID_RECORD, which the client reports as UnknownError), or not
 encodable at all. Everything else (the broker away, a timeout, a lost producer session) is
 transient, or concerns every record alike (an ACL, a missing topic), and goes on being handled
 by keel_stream.relay.retry.
@@ -19,31 +19,22 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any
 
-from aiokafka import errors as kafka
-
+from keel_stream.kafka.errors import client_failure, record_refusal
 from keel_stream.kernel.limits import event_size
 from keel_stream.store.outbox import OutboxRow
 
 __all__ = ["Refusals", "refusal"]
 
-_TOO_LARGE: Final = (
-    kafka.MessageSizeTooLargeError,
-    kafka.RecordListTooLargeError,
-    kafka.RecordTooLargeError,
-)
-_INVALID: Final = (kafka.CorruptRecordException, kafka.UnknownError)
-
 
 def refusal(exc: BaseException) -> str | None:
     """Why the broker (or the producer, or the encoder) refused one record: too_large, refused
     or unencodable; None when the failure is not about the record."""
-    if isinstance(exc, _TOO_LARGE):
-        return "too_large"
-    if isinstance(exc, _INVALID):
-        return "refused"
-    if isinstance(exc, TypeError | ValueError) and not isinstance(exc, kafka.KafkaError):
+    reason = record_refusal(exc)
+    if reason is not None:
+        return reason
+    if isinstance(exc, TypeError | ValueError) and not client_failure(exc):
         return "unencodable"  # orjson.JSONEncodeError is a TypeError
     return None
 

@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from keel_stream.errors import StoreError
+from keel_stream.kafka.settings import KafkaSettings
 from keel_stream.logs import get_logger
 from keel_stream.relay import metrics
 from keel_stream.relay.accounting import acknowledged_rows, claim_checked, measure_backlog
@@ -70,7 +71,7 @@ class RelayConfig:
     """Where the relay reads and writes, and how."""
 
     database_url: str
-    bootstrap: str
+    kafka: KafkaSettings
     topic_prefix: str = ""
     shard: Shard = field(default_factory=Shard)
     batch_size: int = 500
@@ -327,7 +328,7 @@ class Relay:
         started = time.monotonic()
         try:
             publisher = await Publisher.open(
-                config.bootstrap,
+                config.kafka,
                 self._topic,
                 config.topic_prefix,
                 try_idempotent=self._idempotent is not False,

@@ -14,10 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from aiokafka.errors import KafkaError
-
 from keel_stream.errors import KeelError
-from keel_stream.kafka.errors import broker_error, producer_session_lost
+from keel_stream.kafka.errors import transient
 from keel_stream.retry import RetryPolicy
 
 __all__ = ["is_retriable", "relay_retry"]
@@ -27,11 +25,7 @@ def is_retriable(exc: BaseException) -> bool:
     """True for a failure that may pass if the same thing is tried again later."""
     if isinstance(exc, KeelError):
         return exc.retriable
-    if producer_session_lost(exc):
-        return True  # the idempotent producer's id or sequence: a new producer starts afresh
-    if isinstance(exc, KafkaError | ConnectionError | TimeoutError):
-        return broker_error("classify", exc).retriable
-    return False
+    return transient(exc)  # a client error the Kafka door would translate as retriable
 
 
 def relay_retry(**fields: Any) -> RetryPolicy:

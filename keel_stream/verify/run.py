@@ -18,6 +18,7 @@ from typing import Any, Final
 
 from keel_stream.errors import SessionNotFound, TenantNotFound
 from keel_stream.kafka.read_all import read_to_end
+from keel_stream.kafka.settings import KafkaSettings
 from keel_stream.kernel.commits import check_identifier
 from keel_stream.projections import ALL
 from keel_stream.projections.base import Projection
@@ -197,7 +198,7 @@ async def _check_scope(reads: VerifyReads, scope: Scope) -> None:
             raise TenantNotFound(f"tenant {scope.tenant!r} does not exist")
 
 
-async def verify(reads: VerifyReads, bootstrap: str, options: VerifyOptions) -> VerifyReport:
+async def verify(reads: VerifyReads, kafka: KafkaSettings, options: VerifyOptions) -> VerifyReport:
     """Verify the scope's sessions; the report says what differs (nothing is ever changed)."""
     scope = options.scope
     await _check_scope(reads, scope)
@@ -208,7 +209,7 @@ async def verify(reads: VerifyReads, bootstrap: str, options: VerifyOptions) -> 
         raise SessionNotFound(f"no session {scope.session!r}" + _in_tenant(scope))
     pending = await run.drain(snapshot.outbox_mark)
     topic = EVENTS.full_name(options.topic_prefix)
-    await read_to_end(bootstrap, topic, run.index.add)
+    await read_to_end(kafka, topic, run.index.add)
     start = (scope.tenant or "", "")
     for chunk in chunks(snapshot.heads, start, options.page_events, ranged=scope.session is None):
         await run.check_chunk(chunk, snapshot, pending)

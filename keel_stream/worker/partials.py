@@ -6,9 +6,9 @@ import asyncio
 import contextlib
 from datetime import UTC, datetime
 
-from aiokafka import AIOKafkaProducer
-
+from keel_stream.kafka import clients
 from keel_stream.kafka.records import record_key
+from keel_stream.kafka.settings import KafkaSettings
 from keel_stream.logs import get_logger
 from keel_stream.topics.records import PartialFrame
 
@@ -21,18 +21,16 @@ class PartialsPublisher:
     """Sends partial frames without waiting for acknowledgements; drops them if the broker is
     away (a client that misses partials still gets the committed message with its seq)."""
 
-    def __init__(self, bootstrap: str | None, topic: str) -> None:
-        self._bootstrap = bootstrap
+    def __init__(self, kafka: KafkaSettings | None, topic: str) -> None:
+        self._kafka = kafka
         self._topic = topic
-        self._producer: AIOKafkaProducer | None = None
+        self._producer: clients.Producer | None = None
         self._log = get_logger("partials")
 
     async def start(self) -> None:
-        if self._bootstrap is None:
+        if self._kafka is None:
             return
-        producer = AIOKafkaProducer(
-            bootstrap_servers=self._bootstrap, acks=1, linger_ms=5, request_timeout_ms=5_000
-        )
+        producer = clients.producer(self._kafka, "partials", acks=1, linger_ms=5)
         try:
             await asyncio.wait_for(producer.start(), 10)
         except Exception as exc:  # noqa: BLE001 - partials are optional

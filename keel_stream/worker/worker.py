@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from keel_stream.errors import KeelError, StoreUnavailable
 from keel_stream.gateway.jsonrpc import DEFAULT_MAX_LINE_BYTES
+from keel_stream.kafka.settings import KafkaSettings
 from keel_stream.logs import get_logger
 from keel_stream.store.memory import MemoryStore
 from keel_stream.store.protocol import Claim, ClaimFairness, Runs
@@ -54,7 +55,7 @@ __all__ = ["Worker", "WorkerConfig"]
 @dataclass(frozen=True)
 class WorkerConfig:
     database_url: str
-    bootstrap: str | None = None
+    kafka: KafkaSettings | None = None
     topic_prefix: str = ""
     owner: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     slots: int = 4
@@ -121,7 +122,7 @@ class Worker:
 
     async def _serve(self, store: WorkerStore, wake: asyncio.Event, stop: asyncio.Event) -> None:
         config = self._config
-        partials = PartialsPublisher(config.bootstrap, PARTIALS.full_name(config.topic_prefix))
+        partials = PartialsPublisher(config.kafka, PARTIALS.full_name(config.topic_prefix))
         await partials.start()
         tool_providers = ToolProviders(config.environ, max_line_bytes=config.rpc_max_line_bytes)
         loop = AgentLoop(

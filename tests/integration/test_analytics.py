@@ -47,7 +47,7 @@ async def publish_sample(
     await ledger.commit(
         CommitRequest(tenant_id="globex", session_id="g1", kind="user.message", payload={})
     )
-    async with relay_task(RelayConfig(dsn, kafka.bootstrap, prefix)):
+    async with relay_task(RelayConfig(dsn, kafka.settings, prefix)):
         await wait_until(lambda: outbox_empty(pool), 60, "the outbox to drain")
     return sessions
 
@@ -92,7 +92,7 @@ async def test_republish_reseeds_a_topic_that_lost_its_data(
     assert (report.sessions, report.events) == (4, 40)
     again = await PostgresOutbox(pool).republish(session=sessions[0])
     assert again.events == 0, "events still waiting in the outbox are not enqueued twice"
-    async with relay_task(RelayConfig(database_dsn, kafka.bootstrap, topic_prefix)):
+    async with relay_task(RelayConfig(database_dsn, kafka.settings, topic_prefix)):
         await wait_until(lambda: outbox_empty(pool), 60, "the republished events to publish")
     expected = {("acme", s): 10 for s in sessions}
     received = await collect(kafka.bootstrap, EVENTS.full_name(topic_prefix), has_all(expected))

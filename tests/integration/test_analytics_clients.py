@@ -27,12 +27,13 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from keel_stream.analytics import SeqDeduplicator
+from keel_stream.kafka.admin import describe_topics, high_water_marks
 from keel_stream.kafka.apache_resolve import ResolveError, lib_dir, pinned_version, resolve
 from keel_stream.kafka.records import EventRecordCodec
+from keel_stream.kafka.settings import KafkaSettings
 from keel_stream.kernel import CommitRequest, Event
 from keel_stream.relay import RelayConfig
 from keel_stream.store import PostgresLedger
-from keel_stream.topics.admin import describe_topics, high_water_marks
 from keel_stream.topics.catalog import EVENTS
 from tests.support.kafka import KafkaServer
 from tests.support.ledger import converse_all, make_sessions, outbox_empty
@@ -119,14 +120,14 @@ async def published(
                 tenant_id="globex", session_id="g1", kind="user.message", payload={"n": n}
             )
         )
-    async with relay_task(RelayConfig(database_dsn, kafka.bootstrap, topic_prefix)):
+    async with relay_task(RelayConfig(database_dsn, kafka.settings, topic_prefix)):
         await wait_until(lambda: outbox_empty(pool), 60, "the outbox to drain")
     keys = [("acme", s) for s in sessions] + [("globex", "g1")]
     history = {key: await ledger.read_events(*key, limit=100) for key in keys}
     topic = EVENTS.full_name(topic_prefix)
     again = [e for e in history[("acme", "s00")] if e.seq in RESENT_SEQS]
     resent = await _resend(kafka.bootstrap, topic, again)
-    records = sum((await high_water_marks(kafka.bootstrap, topic)).values())
+    records = sum((await high_water_marks(kafka.settings, topic)).values())
     return Published(kafka.bootstrap, topic_prefix, history, resent, records)
 
 
@@ -159,7 +160,7 @@ def assert_records(rows: list[Row], published: Published) -> None:
 
 async def committed_lag(published: Published, group: str) -> dict[int, tuple[int | None, int]]:
     """Per partition of the events topic: (the group's committed offset, high-water mark)."""
-    states = await describe_topics(published.bootstrap, published.prefix, [group])
+    states = await describe_topics(KafkaSettings(published.bootstrap), published.prefix, [group])
     return {
         s.partition: (s.committed[group], s.high_water)
         for s in states

@@ -11,9 +11,10 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import NewTopic
 
+from keel_stream.kafka.admin import admin_client
 from keel_stream.kafka.apache import ApacheKafka
 from keel_stream.kafka.broker import free_port
-from keel_stream.topics.admin import admin_client
+from keel_stream.kafka.settings import KafkaSettings
 
 
 def _group_gone(pgid: int) -> bool:
@@ -31,7 +32,7 @@ def _accepts(port: int) -> bool:
 
 
 async def _create(bootstrap: str, topic: str, partitions: int) -> None:
-    async with admin_client(bootstrap) as admin:
+    async with admin_client(KafkaSettings(bootstrap)) as admin:
         response = await admin.create_topics([NewTopic(topic, partitions, 1)])
     assert [error[1] for error in response.topic_errors] == [0]
 
@@ -74,7 +75,7 @@ async def test_it_starts_answers_and_stops_leaving_no_process(tmp_path: Path) ->
         assert server.running
         pgid = server.pid
         assert pgid is not None
-        async with admin_client(bootstrap) as admin:
+        async with admin_client(KafkaSettings(bootstrap)) as admin:
             cluster = await admin.describe_cluster()
         assert [(b["host"], b["port"]) for b in cluster["brokers"]] == [("127.0.0.1", server.port)]
         await _create(bootstrap, "answers", 2)
@@ -108,7 +109,7 @@ async def test_a_restart_on_the_same_data_dir_keeps_a_topics_records(tmp_path: P
         pgid = second.pid
         assert pgid is not None
         values = await _read_all(bootstrap, "durable", 3, 60)
-        async with admin_client(bootstrap) as admin:
+        async with admin_client(KafkaSettings(bootstrap)) as admin:
             assert "durable" in await admin.list_topics()
     finally:
         second.stop()

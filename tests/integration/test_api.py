@@ -12,11 +12,12 @@ import httpx
 import pytest
 
 import keel_stream.store
+from keel_stream.kafka.admin import apply_catalog
 from keel_stream.kafka.broker import EmbeddedBroker
+from keel_stream.kafka.settings import KafkaSettings
 from keel_stream.kernel import CommitRequest
 from keel_stream.store import ExternalMarkers, PostgresLedger
 from keel_stream.store.keys import PostgresKeyStore
-from keel_stream.topics.admin import apply_catalog
 from tests.support.api import Api, SseFrame, read_frames, serve_api
 from tests.support.kafka import KafkaServer
 from tests.support.postgres import unique_name
@@ -318,7 +319,7 @@ async def test_sse_keeps_flowing_after_the_broker_stops(database_dsn: str) -> No
     broker.start()
     prefix = f"{unique_name('t')}."
     try:
-        await apply_catalog(broker.bootstrap, prefix)
+        await apply_catalog(KafkaSettings(broker.bootstrap), prefix)
         async with serve_api(database_dsn, broker.bootstrap, prefix) as api, api.client() as client:
 
             async def kafka_live() -> bool:

@@ -48,7 +48,7 @@ async def test_partials_have_no_id_and_committed_frames_do(
 ) -> None:
     async with (
         serve_api(database_dsn, kafka.bootstrap, topic_prefix) as api,
-        worker_task(database_dsn, bootstrap=kafka.bootstrap, topic_prefix=topic_prefix),
+        worker_task(database_dsn, kafka=kafka.settings, topic_prefix=topic_prefix),
         api.client() as client,
     ):
 

@@ -169,7 +169,7 @@ async def test_operations_show_the_backlog_while_the_relay_is_stopped(
         await browser.open("/console/ops")
         assert await backlog(browser) >= 1, "the relay is stopped: the input waits in the outbox"
         await browser.screenshot("ops")
-        relay = RelayConfig(database_dsn, kafka.bootstrap, topic_prefix, poll_interval_s=0.2)
+        relay = RelayConfig(database_dsn, kafka.settings, topic_prefix, poll_interval_s=0.2)
         async with relay_task(relay):
 
             async def drained() -> bool:

@@ -11,6 +11,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer
 
 from keel_stream.kafka.partitions import topic_partitions
+from keel_stream.kafka.settings import KafkaSettings
 from keel_stream.kernel import CommitRequest, Event, account_inputs
 from keel_stream.store import PostgresLedger
 from keel_stream.topics.catalog import PARTIALS
@@ -98,7 +99,7 @@ async def first_partial_of(bootstrap: str, topic: str, session: str) -> str:
     await consumer.start()
     found: list[str] = []
     try:
-        partitions = await topic_partitions(bootstrap, [topic])
+        partitions = await topic_partitions(KafkaSettings(bootstrap), [topic])
         consumer.assign(partitions)
         await consumer.seek_to_beginning(*partitions)
 

@@ -120,7 +120,7 @@ async def platform(
     receiver = await HookReceiver().start()
     pool = await create_pool(database_dsn, max_size=4)
     ledger = PostgresLedger(pool)
-    relay = RelayConfig(database_dsn, kafka.bootstrap, topic_prefix, poll_interval_s=0.2)
+    relay = RelayConfig(database_dsn, kafka.settings, topic_prefix, poll_interval_s=0.2)
     try:
         async with serve_api(database_dsn) as api, api.client() as client:
             await tenant_document(database_dsn, "acme", LOOPBACK_RECEIVERS)

@@ -9,6 +9,7 @@ import orjson
 from keel_stream.hooks.dispatcher import Dispatcher
 from keel_stream.hooks.envelope import new_secret
 from keel_stream.kafka.records import EventRecordCodec
+from keel_stream.kafka.settings import KafkaSettings
 from keel_stream.projector.events import SourceRecord, Undecodable, decode
 from keel_stream.store import PostgresLedger
 from keel_stream.store.hooks import PostgresHookStore
@@ -47,7 +48,9 @@ async def test_duplicates_gaps_and_claim_checks(pool: asyncpg.Pool, ledger: Post
     await store.create("acme", "http://127.0.0.1:9/", names, None, None, new_secret())
     await converse(ledger, pool, "s1", 2)  # seqs 1-10
     later = await store.create("acme", "http://127.0.0.1:9/", names, None, None, new_secret())
-    dispatcher = Dispatcher(PostgresHookDispatchStore(pool), "unused:9092", "topic", "group")
+    dispatcher = Dispatcher(
+        PostgresHookDispatchStore(pool), KafkaSettings("unused:9092"), "topic", "group"
+    )
 
     assert await dispatcher.apply(await _records(ledger, [1, 2])) == 2
     # A relay duplicate (2), a gap (3 is missing), a claim check standing in for 7.

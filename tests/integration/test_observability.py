@@ -20,6 +20,7 @@ from keel_stream.api.presence import Running
 from keel_stream.api.readiness import BrokerCheck, BrokerProbe, Readiness
 from keel_stream.errors import StoreError, StoreUnavailable
 from keel_stream.kafka.broker import free_port
+from keel_stream.kafka.settings import KafkaSettings
 from keel_stream.store import PostgresLedger
 from keel_stream.store.keys import PostgresKeyStore
 from tests.support.api import serve_api
@@ -244,7 +245,7 @@ class ScriptedProbe(BrokerProbe):
     """The broker's answers, as the test sets them."""
 
     def __init__(self) -> None:
-        super().__init__("unused:9092", "keel-projections")
+        super().__init__(KafkaSettings("unused:9092"), "keel-projections")
         self.answer = BrokerCheck(answers=True, cluster="c1", group_live=False)
 
     async def check(self) -> BrokerCheck:
@@ -263,7 +264,7 @@ class Schema:
 
 async def test_the_read_models_gate_opens_once_per_broker_incarnation() -> None:
     probe = ScriptedProbe()
-    readiness = Readiness("unused:9092", "keel-projections", probe=probe)
+    readiness = Readiness(KafkaSettings("unused:9092"), "keel-projections", probe=probe)
 
     async def report(schema: Schema | None = None) -> tuple[bool, dict[str, Any]]:
         result = await readiness.report(cast(Any, schema or Schema()), True, Running())

@@ -14,13 +14,14 @@ from aiokafka.admin import NewTopic
 from aiokafka.errors import MessageSizeTooLargeError
 from prometheus_client import REGISTRY
 
+from keel_stream.kafka.admin import admin_client, apply_catalog
 from keel_stream.kafka.broker import free_port
 from keel_stream.kafka.records import CLAIM_CHECK_FIELD, CLAIM_CHECK_HEADER
+from keel_stream.kafka.settings import KafkaSettings
 from keel_stream.kernel import CommitRequest
 from keel_stream.kernel.limits import MAX_EVENT_BYTES
 from keel_stream.relay import Relay, RelayConfig
 from keel_stream.store import PostgresLedger
-from keel_stream.topics.admin import admin_client, apply_catalog
 from keel_stream.topics.catalog import EVENTS
 from tests.support.api import serve_api
 from tests.support.kafka import KafkaServer, Received, collect
@@ -123,14 +124,14 @@ async def test_a_record_over_the_topics_limit_goes_out_as_a_claim_check_and_the_
         pytest.skip("the embedded broker does not enforce max.message.bytes")
     prefix = f"{unique_name('t')}."
     events = EVENTS.full_name(prefix)
-    async with admin_client(kafka.bootstrap) as admin:
+    async with admin_client(kafka.settings) as admin:
         small = {**EVENTS.configs(), "max.message.bytes": "4096"}
         await admin.create_topics([NewTopic(events, EVENTS.partitions, 1, topic_configs=small)])
-    report = await apply_catalog(kafka.bootstrap, prefix)
+    report = await apply_catalog(kafka.settings, prefix)
     assert f"{events}: max.message.bytes=4096, catalog says 1048588" in report.drift
     await commit_with_a_big_one(ledger)
     before = claim_checked()
-    config = RelayConfig(database_dsn, kafka.bootstrap, prefix, poll_interval_s=0.2)
+    config = RelayConfig(database_dsn, kafka.settings, prefix, poll_interval_s=0.2)
     received = await publish_all(pool, config, kafka.bootstrap, every_seq)
     assert_claim_checked_in_place(received)
     assert claim_checked() == before + 1
@@ -146,7 +147,7 @@ async def test_a_record_over_the_producers_limit_goes_out_as_a_claim_check_and_t
     await commit_with_a_big_one(ledger)
     before = claim_checked()
     config = RelayConfig(
-        database_dsn, kafka.bootstrap, topic_prefix, poll_interval_s=0.2, max_record_bytes=4096
+        database_dsn, kafka.settings, topic_prefix, poll_interval_s=0.2, max_record_bytes=4096
     )
     received = await publish_all(pool, config, kafka.bootstrap, every_seq)
     assert_claim_checked_in_place(received)
@@ -165,7 +166,7 @@ async def test_a_claim_check_the_topic_cannot_take_either_stops_the_relay_loudly
     await ledger.create_tenant("acme")
     await ledger.create_session("acme", "s1")
     await commit(ledger, "s1", "hi")
-    config = RelayConfig(database_dsn, kafka.bootstrap, topic_prefix, max_record_bytes=200)
+    config = RelayConfig(database_dsn, kafka.settings, topic_prefix, max_record_bytes=200)
     with pytest.raises(MessageSizeTooLargeError):
         await asyncio.wait_for(Relay.from_config(config).run(asyncio.Event()), 60)
     assert await pool.fetchval("SELECT count(*) FROM outbox") == 1
@@ -179,7 +180,9 @@ async def test_the_backlog_gauge_counts_the_outbox_while_the_broker_is_away(
     for i in range(909):
         await commit(ledger, "s1", f"event {i}")
     nowhere = f"127.0.0.1:{free_port()}"  # no broker ever answers here
-    config = RelayConfig(database_dsn, nowhere, f"{unique_name('t')}.", poll_interval_s=0.2)
+    config = RelayConfig(
+        database_dsn, KafkaSettings(nowhere), f"{unique_name('t')}.", poll_interval_s=0.2
+    )
 
     def gauge(name: str) -> float:
         return REGISTRY.get_sample_value(name) or 0.0
@@ -208,7 +211,7 @@ async def test_the_projector_folds_a_claim_check_as_the_event_from_the_ledger(
 ) -> None:
     await commit_with_a_big_one(ledger)
     config = RelayConfig(
-        database_dsn, kafka.bootstrap, topic_prefix, poll_interval_s=0.2, max_record_bytes=4096
+        database_dsn, kafka.settings, topic_prefix, poll_interval_s=0.2, max_record_bytes=4096
     )
     async with (
         relay_task(config),

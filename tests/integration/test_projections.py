@@ -50,7 +50,7 @@ async def test_2000_events_fold_into_models_equal_to_the_ledger(
 ) -> None:
     sessions = await make_sessions(ledger, 20)
     async with (
-        relay_task(RelayConfig(database_dsn, kafka.bootstrap, topic_prefix)),
+        relay_task(RelayConfig(database_dsn, kafka.settings, topic_prefix)),
         projector(database_dsn, kafka.bootstrap, topic_prefix, tmp_path),
     ):
         await converse_all(ledger, pool, sessions, cycles=20)  # 20 x 5 x 20 = 2,000 events
@@ -81,7 +81,7 @@ async def test_worker_sigkilled_mid_stream_still_converges(
     tmp_path: Path,
 ) -> None:
     sessions = await make_sessions(ledger, 10)
-    async with relay_task(RelayConfig(database_dsn, kafka.bootstrap, topic_prefix)):
+    async with relay_task(RelayConfig(database_dsn, kafka.settings, topic_prefix)):
         first = await ProjectorProcess(
             database_dsn, kafka.bootstrap, topic_prefix, tmp_path
         ).start()
@@ -138,7 +138,7 @@ async def test_records_never_published_are_healed_from_the_ledger(
         "DELETE FROM outbox WHERE id = ANY($1::bigint[])", [r["id"] for r in last_seqs]
     )
     async with (
-        relay_task(RelayConfig(database_dsn, kafka.bootstrap, topic_prefix)),
+        relay_task(RelayConfig(database_dsn, kafka.settings, topic_prefix)),
         projector(database_dsn, kafka.bootstrap, topic_prefix, tmp_path),
     ):
         await wait_until(lambda: outbox_empty(pool), CONVERGE_S, "the relay to publish the rest")
@@ -157,7 +157,7 @@ async def test_rebuild_equals_live_and_readers_never_see_a_partial_model(
 ) -> None:
     sessions = await make_sessions(ledger, 10)
     async with (
-        relay_task(RelayConfig(database_dsn, kafka.bootstrap, topic_prefix)),
+        relay_task(RelayConfig(database_dsn, kafka.settings, topic_prefix)),
         projector(database_dsn, kafka.bootstrap, topic_prefix, tmp_path),
     ):
         await converse_all(ledger, pool, sessions, cycles=10)
@@ -183,7 +183,7 @@ async def test_rebuild_equals_live_and_readers_never_see_a_partial_model(
 
         reading_task = asyncio.create_task(reader())
         report = await rebuild(
-            PostgresProjectionStore(pool), kafka.bootstrap, "transcript", topic_prefix=topic_prefix
+            PostgresProjectionStore(pool), kafka.settings, "transcript", topic_prefix=topic_prefix
         )
         await asyncio.sleep(0.2)  # let the reader read the switched generation a few times
         reading = False
@@ -217,7 +217,7 @@ async def test_a_batch_that_can_never_apply_stops_the_worker_loudly(
     await pool.execute(
         "UPDATE projection_generations SET status = 'retired' WHERE projection = 'transcript'"
     )
-    async with relay_task(RelayConfig(database_dsn, kafka.bootstrap, topic_prefix)):
+    async with relay_task(RelayConfig(database_dsn, kafka.settings, topic_prefix)):
         worker = await ProjectorProcess(
             database_dsn, kafka.bootstrap, topic_prefix, tmp_path
         ).start()
@@ -260,7 +260,7 @@ async def test_rebuild_and_status_commands(
 ) -> None:
     sessions = await make_sessions(ledger, 3)
     await converse_all(ledger, pool, sessions, cycles=4)
-    async with relay_task(RelayConfig(database_dsn, kafka.bootstrap, topic_prefix)):
+    async with relay_task(RelayConfig(database_dsn, kafka.settings, topic_prefix)):
         await wait_until(lambda: outbox_empty(pool), CONVERGE_S, "the relay to publish")
     env = {
         "KEEL_DATABASE_URL": database_dsn,

@@ -28,7 +28,7 @@ async def test_5000_events_over_50_sessions_reach_the_topic_in_order(
 ) -> None:
     sessions = await make_sessions(ledger, 50)
     published_before = metric("keel_relay_published_events_total")
-    config = RelayConfig(database_dsn, kafka.bootstrap, topic_prefix, poll_interval_s=0.5)
+    config = RelayConfig(database_dsn, kafka.settings, topic_prefix, poll_interval_s=0.5)
     async with relay_task(config):
         await commit_round_robin(ledger, sessions, 5000)
         await wait_until(lambda: outbox_empty(pool), 120, "the outbox to drain")
@@ -60,7 +60,7 @@ async def test_commits_wait_in_the_outbox_while_no_relay_runs(
     sessions = await make_sessions(ledger, 3)
     await commit_round_robin(ledger, sessions, 30)
     assert await pool.fetchval("SELECT count(*) FROM outbox") == 30
-    config = RelayConfig(database_dsn, kafka.bootstrap, topic_prefix, batch_size=7)
+    config = RelayConfig(database_dsn, kafka.settings, topic_prefix, batch_size=7)
     async with relay_task(config):
         await wait_until(lambda: outbox_empty(pool), 60, "the backlog to drain")
     expected = {("acme", s): 10 for s in sessions}

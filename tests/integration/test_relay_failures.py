@@ -7,12 +7,13 @@ import asyncio
 import asyncpg
 from prometheus_client import REGISTRY
 
+from keel_stream.kafka.admin import apply_catalog
 from keel_stream.kafka.broker import EmbeddedBroker
+from keel_stream.kafka.settings import KafkaSettings
 from keel_stream.kernel import CommitRequest
 from keel_stream.relay import RelayConfig
 from keel_stream.store import PostgresLedger
 from keel_stream.store.outbox import RELAY_LOCK_CLASS
-from keel_stream.topics.admin import apply_catalog
 from keel_stream.topics.catalog import EVENTS
 from tests.support.kafka import KafkaServer, collect
 from tests.support.ledger import commit_round_robin, make_sessions, outbox_empty
@@ -82,10 +83,12 @@ async def test_broker_down_commits_succeed_and_drain_in_order_on_return(
     broker.start()
     prefix = f"{unique_name('t')}."
     try:
-        await apply_catalog(broker.bootstrap, prefix)
+        await apply_catalog(KafkaSettings(broker.bootstrap), prefix)
         sessions = await make_sessions(ledger, 10)
         failures_before = REGISTRY.get_sample_value("keel_relay_publish_failures_total") or 0.0
-        config = RelayConfig(database_dsn, broker.bootstrap, prefix, poll_interval_s=0.2)
+        config = RelayConfig(
+            database_dsn, KafkaSettings(broker.bootstrap), prefix, poll_interval_s=0.2
+        )
         async with relay_task(config):
             await commit_round_robin(ledger, sessions, 10)
             await wait_until(lambda: outbox_empty(pool), 60, "the first events to publish")

@@ -14,13 +14,13 @@ import asyncpg
 import pytest
 from aiokafka.admin import NewTopic
 
+from keel_stream.kafka.admin import admin_client, high_water_marks
 from keel_stream.kafka.records import CLAIM_CHECK_HEADER
 from keel_stream.relay import RelayConfig
 from keel_stream.relay.publisher import Publisher
 from keel_stream.relay.refusals import refusal
 from keel_stream.store import PostgresLedger
 from keel_stream.store.outbox import OutboxRow
-from keel_stream.topics.admin import admin_client, high_water_marks
 from keel_stream.topics.catalog import EVENTS
 from tests.integration.test_poison import commit
 from tests.support.kafka import KafkaServer, Received, collect
@@ -38,7 +38,7 @@ async def small_topic(kafka: KafkaServer) -> str:
     if kafka.kind == "embedded":
         pytest.skip("the embedded broker does not enforce max.message.bytes")
     prefix = f"{unique_name('t')}."
-    async with admin_client(kafka.bootstrap) as admin:
+    async with admin_client(kafka.settings) as admin:
         small = {**EVENTS.configs(), "max.message.bytes": "4096"}
         name = EVENTS.full_name(prefix)
         await admin.create_topics([NewTopic(name, EVENTS.partitions, 1, topic_configs=small)])
@@ -55,7 +55,7 @@ async def test_a_batch_queued_behind_a_refused_one_of_its_partition_is_never_sen
 ) -> None:
     prefix = await small_topic(kafka)
     topic = EVENTS.full_name(prefix)
-    publisher = await Publisher.open(kafka.bootstrap, topic, prefix, try_idempotent=idempotent)
+    publisher = await Publisher.open(kafka.settings, topic, prefix, try_idempotent=idempotent)
     try:
         assert publisher.idempotent is idempotent
         first = asyncio.create_task(publisher.publish([row(1, 1, "x" * BIG)]))
@@ -66,7 +66,7 @@ async def test_a_batch_queued_behind_a_refused_one_of_its_partition_is_never_sen
     assert (refused.acked, refusal(refused.error or Exception())) == (0, "too_large")
     assert behind.acked == 0
     assert type(behind.error) is type(refused.error), "failed with the error that ended it"
-    on_topic = sum((await high_water_marks(kafka.bootstrap, topic)).values())
+    on_topic = sum((await high_water_marks(kafka.settings, topic)).values())
     assert on_topic == 0, "s/2 never landed ahead of s/1"
 
 
@@ -92,7 +92,7 @@ async def test_a_relay_with_batches_in_flight_keeps_each_session_in_order_around
             await commit(ledger, session, "x" * BIG if big else f"{session} {n}")
     config = RelayConfig(
         database_dsn,
-        kafka.bootstrap,
+        kafka.settings,
         prefix,
         batch_size=2,
         batches_in_flight=3,

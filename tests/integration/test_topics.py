@@ -9,9 +9,9 @@ import sys
 import asyncpg
 from aiokafka.admin import NewTopic
 
+from keel_stream.kafka.admin import admin_client, apply_catalog, describe_topics
 from keel_stream.relay import RelayConfig
 from keel_stream.store import PostgresLedger
-from keel_stream.topics.admin import admin_client, apply_catalog, describe_topics
 from keel_stream.topics.catalog import CATALOG, EVENTS
 from tests.support.kafka import KafkaServer, collect
 from tests.support.ledger import commit_round_robin, make_sessions, outbox_empty
@@ -23,9 +23,9 @@ from tests.support.wait import wait_until
 
 async def test_apply_creates_missing_topics_once(kafka: KafkaServer) -> None:
     prefix = f"{unique_name('t')}."
-    first = await apply_catalog(kafka.bootstrap, prefix)
+    first = await apply_catalog(kafka.settings, prefix)
     assert sorted(first.created) == sorted(s.full_name(prefix) for s in CATALOG)
-    second = await apply_catalog(kafka.bootstrap, prefix)
+    second = await apply_catalog(kafka.settings, prefix)
     assert second.created == []
     assert sorted(second.existing) == sorted(first.created)
     assert second.clean, second.drift
@@ -33,9 +33,9 @@ async def test_apply_creates_missing_topics_once(kafka: KafkaServer) -> None:
 
 async def test_apply_reports_partition_drift(kafka: KafkaServer) -> None:
     prefix = f"{unique_name('t')}."
-    async with admin_client(kafka.bootstrap) as admin:
+    async with admin_client(kafka.settings) as admin:
         await admin.create_topics([NewTopic(EVENTS.full_name(prefix), 2, 1)])
-    report = await apply_catalog(kafka.bootstrap, prefix)
+    report = await apply_catalog(kafka.settings, prefix)
     assert EVENTS.full_name(prefix) not in report.created
     assert any("2 partitions, catalog says 6" in line for line in report.drift)
 
@@ -48,10 +48,10 @@ async def test_describe_shows_high_water_and_group_lag(
     topic_prefix: str,
 ) -> None:
     sessions = await make_sessions(ledger, 4)
-    async with relay_task(RelayConfig(database_dsn, kafka.bootstrap, topic_prefix)):
+    async with relay_task(RelayConfig(database_dsn, kafka.settings, topic_prefix)):
         await commit_round_robin(ledger, sessions, 120)
         await wait_until(lambda: outbox_empty(pool), 60, "the outbox to drain")
-    states = await describe_topics(kafka.bootstrap, topic_prefix, groups=["nobody"])
+    states = await describe_topics(kafka.settings, topic_prefix, groups=["nobody"])
     events = [s for s in states if s.topic == EVENTS.full_name(topic_prefix)]
     assert len(events) == EVENTS.partitions
     # The relay may have sent a few records twice; never fewer than were committed.

@@ -165,11 +165,11 @@ async def test_a_rebuild_copies_its_rows_and_prune_deletes_the_old_ones(
     for session in sessions:
         await converse(ledger, pool, session, cycles=4)
         await live.apply_events(await ledger.read_events("acme", session, after=0, limit=100))
-    async with relay_task(RelayConfig(database_dsn, kafka.bootstrap, topic_prefix)):
+    async with relay_task(RelayConfig(database_dsn, kafka.settings, topic_prefix)):
         await wait_until(lambda: outbox_empty(pool), 60, "the relay to publish")
     # Small flushes: positions of rows written by one flush move in the next.
     report = await rebuild(
-        store, kafka.bootstrap, "transcript", topic_prefix=topic_prefix, flush_every=7
+        store, kafka.settings, "transcript", topic_prefix=topic_prefix, flush_every=7
     )
     assert report.generation == 2
     for session in sessions:

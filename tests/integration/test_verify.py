@@ -57,7 +57,7 @@ def lines_with(result: Finished, *parts: str) -> list[str]:
 async def publish_all(
     database_dsn: str, kafka: KafkaServer, prefix: str, pool: asyncpg.Pool
 ) -> None:
-    async with relay_task(RelayConfig(database_dsn, kafka.bootstrap, prefix, poll_interval_s=0.2)):
+    async with relay_task(RelayConfig(database_dsn, kafka.settings, prefix, poll_interval_s=0.2)):
         await wait_until(lambda: outbox_empty(pool), CONVERGE_S, "the relay to publish")
 
 
@@ -65,7 +65,7 @@ async def models_from_topic(pool: asyncpg.Pool, kafka: KafkaServer, prefix: str)
     """Every read model rebuilt from the topic and healed from the ledger (no Faust worker)."""
     for projection in ALL:
         await rebuild(
-            PostgresProjectionStore(pool), kafka.bootstrap, projection.name, topic_prefix=prefix
+            PostgresProjectionStore(pool), kafka.settings, projection.name, topic_prefix=prefix
         )
 
 
@@ -108,7 +108,7 @@ async def test_a_healthy_stack_verifies_clean_whole_and_filtered(
     await ledger.create_tenant("beta")
     await ledger.create_session("beta", "s00")
     async with (
-        relay_task(RelayConfig(database_dsn, kafka.bootstrap, topic_prefix, poll_interval_s=0.2)),
+        relay_task(RelayConfig(database_dsn, kafka.settings, topic_prefix, poll_interval_s=0.2)),
         projector(database_dsn, kafka.bootstrap, topic_prefix, tmp_path),
     ):
         await converse_all(ledger, pool, sessions, cycles=3)  # 4 x 3 x 5 = 60 events

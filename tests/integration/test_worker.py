@@ -11,6 +11,7 @@ import pytest
 
 from keel_stream.errors import LeaseFenced
 from keel_stream.kafka.partitions import topic_partitions
+from keel_stream.kafka.settings import KafkaSettings
 from keel_stream.kernel import CommitRequest, Event, LeaseToken, account_inputs
 from keel_stream.store import ExternalMarkers, PostgresLedger
 from keel_stream.store.runs import PostgresRuns as RunStore
@@ -206,7 +207,7 @@ async def test_partials_go_to_the_partials_topic_never_to_the_ledger(
     topic_prefix: str,
     session: tuple[str, str],
 ) -> None:
-    async with worker_task(database_dsn, bootstrap=kafka.bootstrap, topic_prefix=topic_prefix):
+    async with worker_task(database_dsn, kafka=kafka.settings, topic_prefix=topic_prefix):
         await say(ledger, "one two three", "r1")
         await settled(pool, "s1", "done")
     events = await log_of(ledger, "s1")
@@ -226,7 +227,7 @@ async def _partials(bootstrap: str, topic: str, count: int) -> list[str]:
     await consumer.start()
     deltas: list[tuple[int, str]] = []
     try:
-        partitions = await topic_partitions(bootstrap, [topic])
+        partitions = await topic_partitions(KafkaSettings(bootstrap), [topic])
         consumer.assign(partitions)
         await consumer.seek_to_beginning(*partitions)
 

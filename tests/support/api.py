@@ -19,6 +19,7 @@ from keel_stream.api.limits import ApiLimits
 from keel_stream.api.server import api_server
 from keel_stream.api.tenant_limits import TenantLimits
 from keel_stream.kafka.broker import free_port
+from keel_stream.kafka.settings import KafkaSettings
 from keel_stream.settings import KeelSettings
 from keel_stream.store import PostgresLedger, create_pool
 from keel_stream.store.keys import PostgresKeyStore
@@ -60,7 +61,7 @@ async def serve_api(
     settings = KeelSettings()  # the test is this API's edge: its KEEL_* environment
     config = ApiConfig(
         database_url,
-        bootstrap,
+        KafkaSettings(bootstrap) if bootstrap else None,
         topic_prefix,
         heartbeat_s=1.0,
         boot_config=boot_config,

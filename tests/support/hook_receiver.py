@@ -20,6 +20,7 @@ from keel_stream.hooks.retry import RetryPolicy
 from keel_stream.hooks.sender import SenderConfig
 from keel_stream.hooks.service import HooksConfig, run_hooks
 from keel_stream.kafka.broker import free_port
+from keel_stream.kafka.settings import KafkaSettings
 from keel_stream.store import create_pool
 from keel_stream.store.tenant_configs import PostgresTenantConfigs
 
@@ -28,7 +29,7 @@ def fast_config(dsn: str, bootstrap: str | None, prefix: str) -> HooksConfig:
     """The hooks process for tests: the receiver on 127.0.0.1 allowed, retries within seconds."""
     return HooksConfig(
         dsn,
-        bootstrap,
+        KafkaSettings(bootstrap) if bootstrap else None,
         prefix,
         policy=EgressPolicy.parse("127.0.0.1"),
         sender=SenderConfig(

@@ -35,6 +35,7 @@ from keel_stream.kafka.apache_resolve import ResolveError, pinned_version, unava
 from keel_stream.kafka.broker import EmbeddedBroker
 from keel_stream.kafka.partitions import topic_partitions
 from keel_stream.kafka.records import EventRecordCodec
+from keel_stream.kafka.settings import KafkaSettings
 from keel_stream.kernel import Event
 from tests.support.postgres import docker_engine_answers
 
@@ -57,6 +58,11 @@ class KafkaServer:
     kind: str = "bootstrap"
     version: str | None = None
     start_s: float | None = None
+
+    @property
+    def settings(self) -> KafkaSettings:
+        """How the product's clients reach it (plain text: the test brokers run no TLS)."""
+        return KafkaSettings(self.bootstrap)
 
 
 def _mode() -> str:
@@ -211,7 +217,7 @@ async def _partitions(bootstrap: str, topic: str, timeout_s: float) -> list[Topi
     """The topic's partitions. A topic created a moment ago may not be in the broker's metadata
     yet (Apache Kafka publishes it asynchronously): ask until the deadline."""
     deadline = asyncio.get_running_loop().time() + timeout_s
-    while not (partitions := await topic_partitions(bootstrap, [topic])):
+    while not (partitions := await topic_partitions(KafkaSettings(bootstrap), [topic])):
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"{topic} has no partitions (was the catalog applied?)")
         await asyncio.sleep(0.1)

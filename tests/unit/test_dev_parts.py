@@ -18,6 +18,7 @@ from keel_stream.dev.lock import dev_lock, ensure_not_running
 from keel_stream.dev.pids import PIDS_FILE, DevPids, sweep_leftovers
 from keel_stream.dev.resume import needs_reset
 from keel_stream.errors import DevAlreadyRunning
+from keel_stream.kafka.settings import KafkaSettings
 from keel_stream.procs import Proc, die_with_parent, wait_gone
 from keel_stream.topics.groups import projector_group
 
@@ -157,5 +158,5 @@ def test_dev_waits_for_the_group_the_projector_joins() -> None:
     from keel_stream.projector.host import HostConfig
 
     for prefix in ("", "staging."):
-        config = HostConfig(database_url="x", bootstrap="y", topic_prefix=prefix)
+        config = HostConfig(database_url="x", kafka=KafkaSettings("y"), topic_prefix=prefix)
         assert projector_group(prefix) == config.group

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import pytest
 from aiokafka.errors import KafkaTimeoutError, RequestTimedOutError
 
+from keel_stream.kafka.settings import KafkaSettings
 from keel_stream.kernel import CommitRequest
 from keel_stream.relay.publisher import Publisher, PublishResult, acknowledged
 from keel_stream.relay.relay import Relay, RelayConfig, delete_acknowledged
@@ -159,7 +160,10 @@ async def test_the_relay_sends_again_from_the_first_unacked_record_and_loses_not
     broker = ScriptedBroker(fail_once={("s1", 4)}, expected=6)
     monkeypatch.setattr(Publisher, "open", staticmethod(broker.connected))
     config = RelayConfig(
-        "memory", "memory", poll_interval_s=0.01, retry=relay_retry(initial_s=0, maximum_s=0)
+        "memory",
+        KafkaSettings("memory"),
+        poll_interval_s=0.01,
+        retry=relay_retry(initial_s=0, maximum_s=0),
     )
     stop = asyncio.Event()
     relay = asyncio.create_task(Relay(outbox, config).run(stop))

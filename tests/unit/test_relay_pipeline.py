@@ -15,8 +15,9 @@ from aiokafka import errors as kafka
 from aiokafka.partitioner import DefaultPartitioner
 from prometheus_client import REGISTRY
 
+from keel_stream.kafka.batching import Partitioner
 from keel_stream.kafka.records import record_key
-from keel_stream.relay.batching import Partitioner
+from keel_stream.kafka.settings import KafkaSettings
 from keel_stream.relay.publisher import Publisher, PublishResult, acknowledged
 from keel_stream.relay.relay import Relay, RelayConfig
 from keel_stream.relay.retry import relay_retry
@@ -171,7 +172,7 @@ class GatedPublisher(Publisher):
 
 CONFIG = RelayConfig(
     "memory",
-    "memory",
+    KafkaSettings("memory"),
     batch_size=2,
     batches_in_flight=3,
     poll_interval_s=0.01,

@@ -14,6 +14,7 @@ from aiokafka import errors as kafka
 from prometheus_client import REGISTRY
 
 from keel_stream.kafka.records import CLAIM_CHECK_HEADER, EventRecordCodec, is_claim_check
+from keel_stream.kafka.settings import KafkaSettings
 from keel_stream.relay.publisher import Publisher, PublishResult, acknowledged
 from keel_stream.relay.refusals import Refusals, refusal
 from keel_stream.relay.relay import Relay, RelayConfig
@@ -115,7 +116,10 @@ class RefusingBroker(Publisher):
 
 async def run_until_published(outbox: MemoryOutbox, broker: RefusingBroker) -> None:
     config = RelayConfig(
-        "memory", "memory", poll_interval_s=0.01, retry=relay_retry(initial_s=0, maximum_s=0)
+        "memory",
+        KafkaSettings("memory"),
+        poll_interval_s=0.01,
+        retry=relay_retry(initial_s=0, maximum_s=0),
     )
     stop = asyncio.Event()
     relay = asyncio.create_task(Relay(outbox, config).run(stop))

@@ -15,6 +15,7 @@ from aiokafka import errors as kafka
 from prometheus_client import REGISTRY
 
 from keel_stream.kafka.errors import idempotence_unsupported, producer_session_lost
+from keel_stream.kafka.settings import KafkaSettings
 from keel_stream.relay.publisher import Publisher, PublishResult, acknowledged
 from keel_stream.relay.relay import Relay, RelayConfig
 from keel_stream.relay.retry import is_retriable, relay_retry
@@ -171,7 +172,7 @@ def topic(monkeypatch: pytest.MonkeyPatch) -> ScriptedTopic:
 
 CONFIG = RelayConfig(
     "memory",
-    "memory",
+    KafkaSettings("memory"),
     batch_size=4,
     poll_interval_s=0.01,
     retry=relay_retry(initial_s=0, maximum_s=0),

@@ -8,11 +8,12 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from keel_stream.errors import BrokerError
+from keel_stream.kafka.admin import high_water_marks
 from keel_stream.kafka.errors import kafka_translated
+from keel_stream.kafka.settings import KafkaSettings
 from keel_stream.store.ops import LeaseRow, OpsReader, WorkerRow
 from keel_stream.store.outbox import Backlog
 from keel_stream.store.projection_state import ProjectionStore
-from keel_stream.topics.admin import high_water_marks
 from keel_stream.topics.catalog import CATALOG, EVENTS
 
 __all__ = ["GenerationRow", "Overview", "PartitionLag", "TopicRow", "gather"]
@@ -65,20 +66,20 @@ class Overview:
     """Why the broker's offsets are missing (no broker configured, or it did not answer)."""
 
 
-async def _topic_highs(bootstrap: str, prefix: str) -> list[TopicRow]:
+async def _topic_highs(kafka: KafkaSettings, prefix: str) -> list[TopicRow]:
     rows = []
     async with kafka_translated("read topic offsets"):
         for spec in CATALOG:
             name = spec.full_name(prefix)
-            rows.append(TopicRow(name, await high_water_marks(bootstrap, name)))
+            rows.append(TopicRow(name, await high_water_marks(kafka, name)))
     return rows
 
 
-async def _topics(bootstrap: str | None, prefix: str) -> tuple[list[TopicRow], str | None]:
-    if not bootstrap:
+async def _topics(kafka: KafkaSettings | None, prefix: str) -> tuple[list[TopicRow], str | None]:
+    if kafka is None:
         return [], "no broker is configured (KEEL_KAFKA_BOOTSTRAP)"
     try:
-        return await asyncio.wait_for(_topic_highs(bootstrap, prefix), BROKER_WAIT_S), None
+        return await asyncio.wait_for(_topic_highs(kafka, prefix), BROKER_WAIT_S), None
     except (BrokerError, TimeoutError) as exc:
         return [], f"the broker did not answer: {exc}"
 
@@ -117,10 +118,10 @@ async def gather(
     reader: OpsReader,
     store: ProjectionStore,
     tenant: str,
-    bootstrap: str | None,
+    kafka: KafkaSettings | None,
     prefix: str,
 ) -> Overview:
-    topics, broker = await _topics(bootstrap, prefix)
+    topics, broker = await _topics(kafka, prefix)
     events = EVENTS.full_name(prefix)
     highs = next((t.highs for t in topics if t.topic == events), None)
     return Overview(

@@ -135,7 +135,7 @@ async def session_page(request: Request, session_id: str) -> Response:
 async def _overview(request: Request, tenant: str) -> Overview:
     services, config = services_of(request), config_of(request)
     return await gather(
-        services.ops, services.projections, tenant, config.bootstrap, config.topic_prefix
+        services.ops, services.projections, tenant, config.kafka, config.topic_prefix
     )
 
 

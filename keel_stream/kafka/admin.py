@@ -16,10 +16,12 @@ import contextlib
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
+from keel_stream.kafka import clients
+from keel_stream.kafka.settings import KafkaSettings
 from keel_stream.topics.catalog import CATALOG, TopicSpec
 
 __all__ = [
@@ -49,8 +51,11 @@ class ApplyReport:
 
 
 @contextlib.asynccontextmanager
-async def admin_client(bootstrap: str) -> AsyncIterator[AIOKafkaAdminClient]:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+async def admin_client(
+    kafka: KafkaSettings, role: str = "admin"
+) -> AsyncIterator[AIOKafkaAdminClient]:
+    """A started admin client, closed on the way out."""
+    admin = clients.admin(kafka, role)
     await admin.start()
     try:
         yield admin
@@ -91,12 +96,12 @@ async def _configs(admin: AIOKafkaAdminClient, name: str) -> dict[str, str]:
 
 
 async def apply_catalog(
-    bootstrap: str, prefix: str = "", catalog: Iterable[TopicSpec] = CATALOG
+    kafka: KafkaSettings, prefix: str = "", catalog: Iterable[TopicSpec] = CATALOG
 ) -> ApplyReport:
     """Create missing topics; report partitions and configs that differ from the catalog."""
     specs = list(catalog)
     report = ApplyReport()
-    async with admin_client(bootstrap) as admin:
+    async with admin_client(kafka, "topics") as admin:
         present = set(await admin.list_topics())
         missing = [s for s in specs if s.full_name(prefix) not in present]
         if missing:
@@ -159,11 +164,9 @@ class PartitionState:
 
 
 async def _high_waters(
-    bootstrap: str, partitions: list[TopicPartition]
+    kafka: KafkaSettings, partitions: list[TopicPartition]
 ) -> dict[TopicPartition, int]:
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_wait_ms=50
-    )
+    consumer = clients.consumer(kafka, "topics", enable_auto_commit=False, fetch_max_wait_ms=50)
     await consumer.start()
     try:
         consumer.assign(partitions)
@@ -184,22 +187,20 @@ async def _high_waters(
         await consumer.stop()
 
 
-async def high_water_marks(bootstrap: str, topic: str) -> dict[int, int]:
+async def high_water_marks(kafka: KafkaSettings, topic: str) -> dict[int, int]:
     """Per partition of one topic, the high-water mark (from fetched data)."""
-    async with admin_client(bootstrap) as admin:
+    async with admin_client(kafka, "topics") as admin:
         counts = await _partition_counts(admin, [topic])
     partitions = [TopicPartition(topic, p) for p in range(counts.get(topic, 0))]
     if not partitions:
         return {}
-    return {tp.partition: high for tp, high in (await _high_waters(bootstrap, partitions)).items()}
+    return {tp.partition: high for tp, high in (await _high_waters(kafka, partitions)).items()}
 
 
 async def _committed(
-    bootstrap: str, group: str, partitions: list[TopicPartition]
+    kafka: KafkaSettings, group: str, partitions: list[TopicPartition]
 ) -> dict[TopicPartition, int | None]:
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False
-    )
+    consumer = clients.consumer(kafka, "topics", group_id=group, enable_auto_commit=False)
     await consumer.start()
     try:
         consumer.assign(partitions)
@@ -209,24 +210,24 @@ async def _committed(
 
 
 async def describe_topics(
-    bootstrap: str, prefix: str = "", groups: Iterable[str] = ()
+    kafka: KafkaSettings, prefix: str = "", groups: Iterable[str] = ()
 ) -> list[PartitionState]:
     """Partitions, log start and high-water offsets, and each group's committed offset."""
-    async with admin_client(bootstrap) as admin:
+    async with admin_client(kafka, "topics") as admin:
         present = set(await admin.list_topics())
         names = [s.full_name(prefix) for s in CATALOG if s.full_name(prefix) in present]
         counts = await _partition_counts(admin, names)
     partitions = [TopicPartition(n, p) for n in names for p in range(counts.get(n, 0))]
     if not partitions:
         return []
-    high = await _high_waters(bootstrap, partitions)
-    starts_consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+    high = await _high_waters(kafka, partitions)
+    starts_consumer = clients.consumer(kafka, "topics")
     await starts_consumer.start()
     try:
         starts = await starts_consumer.beginning_offsets(partitions)
     finally:
         await starts_consumer.stop()
-    committed = {g: await _committed(bootstrap, g, partitions) for g in groups}
+    committed = {g: await _committed(kafka, g, partitions) for g in groups}
     return [
         PartitionState(
             topic=tp.topic,
