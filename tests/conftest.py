@@ -1,4 +1,4 @@
-"""Shared fixtures: a real PostgreSQL per run, a fresh database per test."""
+"""Shared fixtures: a real PostgreSQL per run, a migrated database per module emptied per test."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from keel_stream.kafka.admin import apply_catalog
 from keel_stream.store import PostgresLedger, connect, create_pool, migrate
 from tests.support.kafka import SHARED_VAR, KafkaServer, find_kafka, kafka_plan, shared
 from tests.support.postgres import (
+    ModuleDatabase,
     PgServer,
     create_database,
     database_url,
@@ -60,13 +61,18 @@ async def empty_database_dsn(pg_server: PgServer) -> AsyncIterator[str]:
     await drop_database(pg_server.admin_dsn, name)
 
 
+@pytest.fixture(scope="module")
+def module_database(pg_server: PgServer, template_database: str) -> Iterator[ModuleDatabase]:
+    """One migrated database per test module, emptied before each of its tests."""
+    database = ModuleDatabase(pg_server.admin_dsn, template_database)
+    yield database
+    asyncio.run(database.drop())
+
+
 @pytest.fixture
-async def database_dsn(pg_server: PgServer, template_database: str) -> AsyncIterator[str]:
-    """A fresh, migrated database for one test."""
-    name = unique_name("keel_t")
-    await create_database(pg_server.admin_dsn, name, template=template_database)
-    yield database_url(pg_server.admin_dsn, name)
-    await drop_database(pg_server.admin_dsn, name)
+async def database_dsn(module_database: ModuleDatabase) -> str:
+    """A migrated database holding nothing but what the migrations seed, for one test."""
+    return await module_database.fresh()
 
 
 @pytest.fixture

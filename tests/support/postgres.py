@@ -24,7 +24,14 @@ import asyncpg
 
 from keel_stream.dev.postgres import EmbeddedPostgres
 
-__all__ = ["PgServer", "database_url", "docker_engine_answers", "find_postgres", "unique_name"]
+__all__ = [
+    "ModuleDatabase",
+    "PgServer",
+    "database_url",
+    "docker_engine_answers",
+    "find_postgres",
+    "unique_name",
+]
 
 
 @dataclass(frozen=True)
@@ -125,3 +132,110 @@ async def drop_database(admin_dsn: str, name: str) -> None:
         await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
         await conn.close()
+
+
+_TABLES = """
+SELECT format('%I.%I', schemaname, tablename) FROM pg_tables
+WHERE schemaname NOT IN ('pg_catalog', 'information_schema')
+  AND tablename <> 'keel_schema_migrations'
+ORDER BY 1
+"""
+
+_SHAPE = """
+SELECT md5(coalesce(string_agg(item, ',' ORDER BY item), '')) FROM (
+  SELECT c.relname || ':' || c.relkind::text || ':' || c.relnatts AS item
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public'
+  UNION ALL SELECT 'proc:' || md5(p.proname || p.prosrc)
+    FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'public'
+  UNION ALL SELECT 'trigger:' || t.tgname || ':' || t.tgenabled::text FROM pg_trigger t
+    JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE n.nspname = 'public'
+  UNION ALL SELECT 'schema:' || nspname FROM pg_namespace
+    WHERE nspname NOT LIKE 'pg\\_%' AND nspname <> 'information_schema'
+) AS shape
+"""
+
+_OTHERS = """
+SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid()
+"""
+
+
+@dataclass
+class _Baseline:
+    """What a freshly migrated database holds: its tables, its schema's shape, the seed rows."""
+
+    tables: list[str]
+    shape: str
+    seeds: dict[str, list[asyncpg.Record]]
+
+
+async def _baseline(conn: asyncpg.Connection) -> _Baseline:
+    tables = [str(name) for (name,) in await conn.fetch(_TABLES)]
+    seeds = {t: rows for t in tables if (rows := await conn.fetch(f"SELECT * FROM {t}"))}
+    return _Baseline(tables, str(await conn.fetchval(_SHAPE)), seeds)
+
+
+class ModuleDatabase:
+    """One migrated database shared by a test module's tests, emptied before each test.
+
+    Cloning the migrated template costs ~0.4 s per test; emptying costs ~0.03 s. Isolation is
+    the fresh clone's: every other connection to it is ended (a previous test's leftovers can
+    neither write nor hold a lock), every table but the migrations' is truncated with its
+    sequences restarted, the migrations' seed rows are put back, and a test that changed the
+    schema itself (dropped a trigger, added a table) gets a fresh clone instead.
+    """
+
+    def __init__(self, admin_dsn: str, template: str) -> None:
+        self._admin_dsn = admin_dsn
+        self._template = template
+        self._name: str | None = None
+        self._baseline: _Baseline | None = None
+        self._used = False
+
+    async def fresh(self) -> str:
+        """The database's URL, as if just cloned from the template."""
+        if self._name is None:
+            await self._clone()
+        assert self._name is not None
+        assert self._baseline is not None
+        url = database_url(self._admin_dsn, self._name)
+        if not self._used:
+            self._used = True
+            return url
+        conn = await asyncpg.connect(url)
+        try:
+            await conn.execute(_OTHERS)
+            if await conn.fetchval(_SHAPE) != self._baseline.shape:
+                await conn.close()
+                await self.drop()
+                return await self.fresh()
+            await _empty(conn, self._baseline)
+        finally:
+            await conn.close()
+        return url
+
+    async def _clone(self) -> None:
+        self._name = unique_name("keel_m")
+        self._used = False
+        await create_database(self._admin_dsn, self._name, template=self._template)
+        conn = await asyncpg.connect(database_url(self._admin_dsn, self._name))
+        try:
+            self._baseline = await _baseline(conn)
+        finally:
+            await conn.close()
+
+    async def drop(self) -> None:
+        if self._name is not None:
+            await drop_database(self._admin_dsn, self._name)
+        self._name = None
+
+
+async def _empty(conn: asyncpg.Connection, baseline: _Baseline) -> None:
+    async with conn.transaction():
+        await conn.execute(f"TRUNCATE {', '.join(baseline.tables)} RESTART IDENTITY CASCADE")
+        for table, rows in baseline.seeds.items():
+            schema, _, name = table.partition(".")
+            await conn.copy_records_to_table(
+                name.strip('"'), records=[tuple(r) for r in rows], schema_name=schema.strip('"')
+            )
