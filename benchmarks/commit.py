@@ -149,7 +149,8 @@ async def _interleaved(
 
 async def _install_in_txn(dsn: str) -> None:
     """keel_commit with pg_notify inside, as before: in a schema a search_path puts first."""
-    source = sql_root().joinpath("migrations", "0031_keel_commit.sql").read_text("utf-8")
+    migration = sql_root().joinpath("migrations", "0053_keel_commit_gate.sql").read_text("utf-8")
+    source = migration[migration.index("CREATE FUNCTION keel_commit(") :]  # not its DROP
     assert source.count(CREATED) == 1, "keel_commit creates an event in one place"
     function = source.replace(CREATED, IN_TXN_NOTIFY + CREATED).replace(
         "FUNCTION keel_commit(", f"FUNCTION {IN_TXN_SCHEMA}.keel_commit("

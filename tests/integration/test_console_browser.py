@@ -32,7 +32,7 @@ async def console_with_worker(
 ) -> AsyncIterator[tuple[Api, Browser]]:
     """The API, an agent worker (with a boot document, if given) and a browser on the
     API's console."""
-    options = {"bootstrap": kafka.bootstrap, "topic_prefix": topic_prefix, "boot_config": config}
+    options = {"kafka": kafka.settings, "topic_prefix": topic_prefix, "boot_config": config}
     async with (
         serve_api(database_dsn, kafka.bootstrap, topic_prefix) as api,
         worker_task(database_dsn, **options),

@@ -26,6 +26,7 @@ from keel_stream.dev.children import Restarts
 from keel_stream.dev.components import child_environment, metrics_ports
 from keel_stream.errors import InvalidSetting
 from keel_stream.kafka.partitions import topic_partitions
+from keel_stream.kafka.settings import KafkaSettings
 from keel_stream.kernel import CommitRequest
 from keel_stream.procs import Proc, describe_exit, wait_gone
 from keel_stream.settings import KeelSettings
@@ -185,7 +186,7 @@ def test_a_killed_broker_comes_back_with_its_topics_and_the_ledger_on_them(devs:
     assert (crash["level"], crash["exit"]) == ("error", "signal SIGKILL")
     bootstrap = devs.addresses()["kafka_bootstrap"]
     names = [spec.full_name() for spec in CATALOG]
-    partitions = asyncio.run(topic_partitions(bootstrap, names))
+    partitions = asyncio.run(topic_partitions(KafkaSettings(bootstrap), names))
     counts = {name: sum(1 for tp in partitions if tp.topic == name) for name in names}
     assert counts == {spec.full_name(): spec.partitions for spec in CATALOG}
     restarted(devs, "projector", recorded["projector"])  # resumes on the new broker's offsets
