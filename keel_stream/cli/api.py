@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-from keel_stream.api.server import api_server
 from keel_stream.cli.options import (
     ApiHost,
     ApiPort,
@@ -16,7 +15,6 @@ from keel_stream.cli.options import (
 )
 from keel_stream.cli.preflight import ensure_port_free
 from keel_stream.cli.service import Daemon
-from keel_stream.dev.components import api_config
 from keel_stream.logs import route_stdlib_logging
 from keel_stream.metrics import Component
 from keel_stream.settings import process_environ
@@ -34,6 +32,11 @@ def api(
     port: ApiPort = None,
 ) -> None:
     """Serve AgentAPI (REST + SSE) until SIGTERM, which drains open streams first."""
+    # Imported here, not at the top: the web stack takes a second to import, and every other
+    # command (a relay or worker restarting after a failover) should not pay for it.
+    from keel_stream.api.server import api_server
+    from keel_stream.dev.components import api_config
+
     settings = load_settings(
         database_url=database_url, kafka_bootstrap=bootstrap, api_host=host, api_port=port
     )

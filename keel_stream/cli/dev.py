@@ -9,9 +9,7 @@ import typer
 from keel_stream.cli.api import PORT_HINT
 from keel_stream.cli.options import ApiPort, Bootstrap, DatabaseUrl, DataDir, load_settings
 from keel_stream.cli.preflight import ensure_port_free
-from keel_stream.dev.components import metrics_ports
 from keel_stream.dev.lock import ensure_not_running
-from keel_stream.dev.supervisor import supervise
 from keel_stream.settings import env_var, process_environ
 
 __all__ = ["dev"]
@@ -44,6 +42,10 @@ def dev(
     service in a process of its own, restarted when it dies. One dev per data directory; while it
     runs, other commands use its addresses.
     """
+    # Imported here: they bring the whole platform, which no other command should import.
+    from keel_stream.dev.components import metrics_ports
+    from keel_stream.dev.supervisor import supervise
+
     settings = load_settings(
         database_url=database_url,
         kafka_bootstrap=bootstrap,

@@ -19,7 +19,6 @@ from keel_stream.cli.options import (
     require_kafka,
 )
 from keel_stream.cli.service import Daemon
-from keel_stream.dev.components import relay_config
 from keel_stream.metrics import Component
 from keel_stream.relay import Relay, RelayConfig, Shard
 from keel_stream.settings import KeelSettings
@@ -49,6 +48,9 @@ def relay(
 
 
 def _config(settings: KeelSettings, shard: int) -> RelayConfig:
+    # The composition root imports every service: only the command that runs one pays for it.
+    from keel_stream.dev.components import relay_config
+
     if shard >= settings.relay_shards:
         raise typer.BadParameter(
             f"{shard} is not below the shard count ({settings.relay_shards})",

@@ -12,11 +12,9 @@ from keel_stream.cli.options import (
     require_database,
 )
 from keel_stream.cli.service import Daemon
-from keel_stream.dev.components import worker_config
 from keel_stream.metrics import Component
 from keel_stream.plugins import load_at_start
 from keel_stream.settings import process_environ
-from keel_stream.worker.worker import Worker
 
 __all__ = ["worker"]
 
@@ -28,6 +26,10 @@ def worker(
     metrics_host: MetricsHost = None,
 ) -> None:
     """Claim and run agent runs until SIGTERM (which drains: finish or release, then exit)."""
+    # The composition root imports every service: only the command that runs one pays for it.
+    from keel_stream.dev.components import worker_config
+    from keel_stream.worker.worker import Worker
+
     settings = load_settings(
         database_url=database_url,
         kafka_bootstrap=bootstrap,

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import asyncpg
+import pytest
 
 from keel_stream.errors import BrokerUnavailable
 from keel_stream.kafka.admin import high_water_marks
@@ -31,7 +32,8 @@ from tests.support.postgres import unique_name
 from tests.support.relays import RelayFleet, RelayProcess, active_relay_pid
 from tests.support.wait import wait_until
 
-KILLS = 36
+KILLS = 24
+LEAD_DEADLINE_S = 60  # a hang guard: a takeover waits at most on a standby's start-up
 SESSIONS = 40
 WRITERS = 4
 RELAY_ENV = {"KEEL_RELAY_POLL_INTERVAL_S": "0.1", "KEEL_RELAY_BATCH_SIZE": "50"}
@@ -70,11 +72,15 @@ async def deleted_so_far(pool: asyncpg.Pool) -> int:
     return int(row["deleted"])
 
 
-async def leader(pool: asyncpg.Pool, fleet: RelayFleet, after: int) -> RelayProcess:
+async def leader(
+    pool: asyncpg.Pool, fleet: RelayFleet, after: int, writing: asyncio.Task[int]
+) -> RelayProcess:
     """The relay that holds the lock once `after` more events than now left the outbox."""
     baseline = await deleted_so_far(pool)
 
     async def leading_and_publishing() -> bool:
+        if writing.done():  # no new events: nothing would ever leave the outbox again
+            raise AssertionError("the writers stopped") from writing.exception()
         pid = await active_relay_pid(pool)
         alive = pid is not None and any(
             r.pid == pid and r.process is not None and r.process.returncode is None
@@ -83,10 +89,17 @@ async def leader(pool: asyncpg.Pool, fleet: RelayFleet, after: int) -> RelayProc
         return alive and await deleted_so_far(pool) >= baseline + after
 
     try:
-        await wait_until(leading_and_publishing, 30, "a live relay to lead and publish")
+        await wait_until(
+            leading_and_publishing, LEAD_DEADLINE_S, "a live relay to lead and publish"
+        )
     except TimeoutError as exc:
+        state = (
+            f"lock held by {await active_relay_pid(pool)}, {await deleted_so_far(pool)} deleted"
+            f" (from {baseline}, waiting for {after} more), live relays"
+            f" {[r.pid for r in fleet.relays if r.process and r.process.returncode is None]}"
+        )
         logs = [line.decode(errors="replace") for r in fleet.relays for line in r.lines[-5:]]
-        raise AssertionError("no relay leads and publishes:\n" + "".join(logs)) from exc
+        raise AssertionError(f"no relay leads and publishes: {state}\n" + "".join(logs)) from exc
     pid = await active_relay_pid(pool)
     assert pid is not None
     return fleet.with_pid(pid)
@@ -127,6 +140,7 @@ async def kill_between_publish_and_delete(pool: asyncpg.Pool, relay: RelayProces
             await transaction.rollback()
 
 
+@pytest.mark.timeout(300)  # a hang guard for a run of many kills on a busy two-core machine
 async def test_relays_killed_under_load_leave_every_event_on_the_topic_exactly_once(
     ledger: PostgresLedger,
     pool: asyncpg.Pool,
@@ -144,7 +158,7 @@ async def test_relays_killed_under_load_leave_every_event_on_the_topic_exactly_o
         writing = asyncio.create_task(commit_until(ledger, sessions, stop_writing))
         try:
             for kill in range(KILLS):
-                relay = await leader(pool, fleet, after=rng.randint(1, 120))
+                relay = await leader(pool, fleet, rng.randint(1, 120), writing)
                 if kill % 2 == 0:
                     await kill_between_publish_and_delete(pool, relay)
                     between += 1

@@ -13,13 +13,12 @@ from keel_stream.kafka.settings import KafkaSettings
 from keel_stream.kernel import CommitRequest
 from keel_stream.relay import RelayConfig
 from keel_stream.store import PostgresLedger
-from keel_stream.store.outbox import RELAY_LOCK_CLASS
 from keel_stream.topics.catalog import EVENTS
 from tests.support.kafka import KafkaServer, collect
 from tests.support.ledger import commit_round_robin, make_sessions, outbox_empty
 from tests.support.ordering import assert_each_once_in_order, has_all
 from tests.support.postgres import unique_name
-from tests.support.relays import RelayProcess, relay_processes, relay_task
+from tests.support.relays import RelayProcess, active_relay_pid, relay_processes, relay_task
 from tests.support.wait import wait_until
 
 FAST_RELAY = {"KEEL_RELAY_POLL_INTERVAL_S": "0.3", "KEEL_RELAY_BATCH_SIZE": "50"}
@@ -28,18 +27,6 @@ FAST_RELAY = {"KEEL_RELAY_POLL_INTERVAL_S": "0.3", "KEEL_RELAY_BATCH_SIZE": "50"
 async def published(pool: asyncpg.Pool, committed: int) -> int:
     """Events committed so far that the relay has already taken out of the outbox."""
     return committed - int(await pool.fetchval("SELECT count(*) FROM outbox"))
-
-
-async def lock_holder(pool: asyncpg.Pool) -> int | None:
-    """The pid of the process whose connection holds the relay lock of shard 0."""
-    pid = await pool.fetchval(
-        """
-        SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a USING (pid)
-        WHERE l.locktype = 'advisory' AND l.classid = $1 AND l.objid = 0 AND l.granted
-        """,
-        RELAY_LOCK_CLASS,
-    )
-    return None if pid is None else int(str(pid).rsplit(":", 1)[1])
 
 
 async def test_relay_sigkilled_mid_stream_loses_nothing(
@@ -151,7 +138,7 @@ async def test_two_relays_one_publishes_and_the_other_takes_over(
         await a.wait_for_log("active", 30)
         await b.start()
         await b.wait_for_log("standby", 30)
-        assert await lock_holder(pool) == a.pid
+        assert await active_relay_pid(pool) == a.pid
         await commit_round_robin(ledger, sessions, 100)
         await wait_until(lambda: outbox_empty(pool), 60, "the active relay to publish")
         assert "active" not in b.events, "the standby must not publish while the active lives"
@@ -163,7 +150,7 @@ async def test_two_relays_one_publishes_and_the_other_takes_over(
         # tries every poll interval (0.3 s here); allow 10 s for a loaded CI machine.
         await b.wait_for_log("active", 10)
         takeover_s = loop.time() - killed_at
-        assert await lock_holder(pool) == b.pid
+        assert await active_relay_pid(pool) == b.pid
         await commit_round_robin(ledger, sessions, 100, start=100)
         await wait_until(lambda: outbox_empty(pool), 60, "the new active relay to publish")
     expected = {("acme", s): 40 for s in sessions}

@@ -139,11 +139,13 @@ class RelayFleet:
 
 async def active_relay_pid(pool: asyncpg.Pool, shard: int = 0) -> int | None:
     """The OS pid of the relay whose connection holds the shard's lock (from its
-    application_name, keel-relay:<host>:<pid>)."""
+    application_name, keel-relay:<host>:<pid>), in this database: pg_locks shows the whole
+    server's, and a test beside this one runs relays of its own."""
     name = await pool.fetchval(
         """
         SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a USING (pid)
         WHERE l.locktype = 'advisory' AND l.classid = $1 AND l.objid = $2 AND l.granted
+          AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
         """,
         RELAY_LOCK_CLASS,
         shard,
