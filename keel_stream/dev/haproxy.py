@@ -1,16 +1,17 @@
 """API replicas behind HAProxy: its configuration, and HAProxy run as a child process.
 
 The configuration is the one docs/operations.md describes (Running API replicas behind a
-balancer): round-robin over the replicas, each checked on `GET /readyz`; idle timeouts longer
-than the SSE heartbeat so that an open stream is never cut by the balancer; keep-alive (no
-`http-server-close`), so a stream is one long response; a request that could not reach a
-replica (connection refused: it died) is retried on another, and nothing else is retried, so a
-POST is never sent twice by the balancer. Every response names the replica that served it in
-`X-Keel-Replica`.
+balancer): round-robin over the replicas, each checked on `GET /readyz`; client and server
+timeouts longer than the SSE heartbeat, so that an open stream is never cut by the balancer;
+keep-alive (no `http-server-close`), so a stream is one long response; a request that could not
+reach a replica (connection refused: it died) is retried on another, and nothing else is
+retried, so a POST is never sent twice by the balancer. Every response names the replica that
+served it in `X-Keel-Replica`.
 
 `Haproxy` writes that configuration under a directory of its own, checks it (`haproxy -c`),
 runs HAProxy in the foreground in its own session (SIGKILLed with the thread that started it),
-and reads the replicas' states off its admin socket. Used by the tests and the benchmarks.
+and reads the replicas' states off its admin socket. tests/support/balancer.py runs `keel-stream
+api` replicas behind it; a benchmark can do the same.
 """
 
 from __future__ import annotations
@@ -32,13 +33,15 @@ from typing import Final, Self
 from keel_stream.kafka.broker import free_port
 from keel_stream.procs import die_with_parent
 
-__all__ = ["HEADER", "Haproxy", "Replica", "find_haproxy", "haproxy_config"]
+__all__ = ["HEADER", "IDLE_S", "Haproxy", "Replica", "find_haproxy", "haproxy_config"]
 
 HEADER: Final = "X-Keel-Replica"
 """The response header naming the replica that served the request."""
 _BINARIES: Final = ("haproxy", "/usr/sbin/haproxy")
-_IDLE_S: Final = 60
-"""Longest silence on an open stream: four SSE heartbeats (15 s)."""
+IDLE_S: Final = 60
+"""`timeout client` and `timeout server`: the longest silence HAProxy lets an open response
+have. An SSE stream is a plain HTTP response to HAProxy (not a tunnel: `timeout tunnel` does not
+apply to it), so this must outlast the API's heartbeat (15 s) with room to spare."""
 _STATUS_COLUMN: Final = "status"
 
 
@@ -81,9 +84,8 @@ defaults
     option dontlognull
     timeout connect 2s
     timeout http-request 10s
-    timeout client {_IDLE_S}s
-    timeout server {_IDLE_S}s
-    timeout tunnel 1h
+    timeout client {IDLE_S}s
+    timeout server {IDLE_S}s
     timeout client-fin 5s
     retries 3
     option redispatch 1
