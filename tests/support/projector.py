@@ -24,7 +24,9 @@ _SESSIONS = "SELECT tenant_id, session_id FROM sessions"
 class ProjectorProcess:
     """`keel-stream projections run` as a child process; its log goes to a file."""
 
-    def __init__(self, database_url: str, bootstrap: str, prefix: str, data_dir: Path) -> None:
+    def __init__(
+        self, database_url: str, bootstrap: str, prefix: str, data_dir: Path, **env: str
+    ) -> None:
         self._env = {
             **os.environ,
             "KEEL_DATABASE_URL": database_url,
@@ -34,6 +36,7 @@ class ProjectorProcess:
             "KEEL_PROJECTOR_RECONCILE_EVERY_S": "0.5",
             "KEEL_PROJECTOR_RECONCILE_IDLE_S": "0.5",
             "KEEL_PROJECTOR_BATCH_SIZE": "200",
+            **env,
         }
         self.log = data_dir / f"projector-{os.urandom(3).hex()}.log"
         self.process: asyncio.subprocess.Process | None = None
@@ -61,6 +64,15 @@ class ProjectorProcess:
                     first[int(entry["partition"])] = int(entry["offset"])
         return first
 
+    def assigned(self) -> set[int] | None:
+        """The source partitions of the last assignment (None before the first)."""
+        partitions: set[int] | None = None
+        for line in self.log.read_text().splitlines():
+            if "resumed from stored" in line:
+                with contextlib.suppress(ValueError):
+                    partitions = set(json.loads(line[line.index("{") :])["partitions"])
+        return partitions
+
     async def stop(self, sig: signal.Signals = signal.SIGTERM) -> int:
         assert self.process is not None
         if self.process.returncode is None:
@@ -72,9 +84,9 @@ class ProjectorProcess:
 
 @contextlib.asynccontextmanager
 async def projector(
-    database_url: str, bootstrap: str, prefix: str, data_dir: Path
+    database_url: str, bootstrap: str, prefix: str, data_dir: Path, **env: str
 ) -> AsyncIterator[ProjectorProcess]:
-    process = await ProjectorProcess(database_url, bootstrap, prefix, data_dir).start()
+    process = await ProjectorProcess(database_url, bootstrap, prefix, data_dir, **env).start()
     try:
         yield process
     finally:
