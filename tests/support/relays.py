@@ -33,7 +33,9 @@ async def relay_task(config: RelayConfig) -> AsyncIterator[Relay]:
 class RelayProcess:
     """`keel-stream relay` as a child process whose JSON log lines are collected."""
 
-    def __init__(self, database_url: str, bootstrap: str, prefix: str, **env: str) -> None:
+    def __init__(
+        self, database_url: str, bootstrap: str, prefix: str, shard: int = 0, **env: str
+    ) -> None:
         self._args = [
             sys.executable,
             "-m",
@@ -43,6 +45,8 @@ class RelayProcess:
             database_url,
             "--bootstrap",
             bootstrap,
+            "--shard",
+            str(shard),
         ]
         self._env = {**os.environ, "KEEL_TOPIC_PREFIX": prefix, **env}
         self.process: asyncio.subprocess.Process | None = None
@@ -111,13 +115,16 @@ class RelayFleet:
     """Relay processes started one after another (as others are killed); whatever is still
     running when the block ends is killed."""
 
-    def __init__(self, database_url: str, bootstrap: str, prefix: str, **env: str) -> None:
+    def __init__(
+        self, database_url: str, bootstrap: str, prefix: str, shard: int = 0, **env: str
+    ) -> None:
         self._args = (database_url, bootstrap, prefix)
+        self._shard = shard
         self._env = env
         self.relays: list[RelayProcess] = []
 
     async def start(self) -> RelayProcess:
-        relay = RelayProcess(*self._args, **self._env)
+        relay = RelayProcess(*self._args, self._shard, **self._env)
         self.relays.append(relay)
         return await relay.start()
 
