@@ -115,10 +115,8 @@ async def test_two_relay_shards_publish_their_own_tenants_and_survive_kills_in_o
     args = (database_dsn, kafka.bootstrap, topic_prefix)
     rng = random.Random(28)
     stop = asyncio.Event()
-    async with (
-        RelayFleet(*args, shard=0, **RELAY_ENV) as zero,
-        RelayFleet(*args, shard=1, **RELAY_ENV) as one,
-    ):
+    async with RelayFleet(*args, **RELAY_ENV) as zero, RelayFleet(*args, **RELAY_ENV) as one:
+        one.shard = 1
         fleets = (zero, one)
         for fleet in fleets:
             await fleet.start()

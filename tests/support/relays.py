@@ -33,9 +33,7 @@ async def relay_task(config: RelayConfig) -> AsyncIterator[Relay]:
 class RelayProcess:
     """`keel-stream relay` as a child process whose JSON log lines are collected."""
 
-    def __init__(
-        self, database_url: str, bootstrap: str, prefix: str, shard: int = 0, **env: str
-    ) -> None:
+    def __init__(self, database_url: str, bootstrap: str, prefix: str, **env: str) -> None:
         self._args = [
             sys.executable,
             "-m",
@@ -45,10 +43,10 @@ class RelayProcess:
             database_url,
             "--bootstrap",
             bootstrap,
-            "--shard",
-            str(shard),
         ]
         self._env = {**os.environ, "KEEL_TOPIC_PREFIX": prefix, **env}
+        self.shard = 0
+        """The outbox shard it serves (`--shard`), of KEEL_RELAY_SHARDS."""
         self.process: asyncio.subprocess.Process | None = None
         self.events: list[str] = []
         self.entries: list[dict[str, Any]] = []
@@ -59,6 +57,8 @@ class RelayProcess:
     async def start(self) -> RelayProcess:
         self.process = await asyncio.create_subprocess_exec(
             *self._args,
+            "--shard",
+            str(self.shard),
             env=self._env,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
@@ -115,16 +115,16 @@ class RelayFleet:
     """Relay processes started one after another (as others are killed); whatever is still
     running when the block ends is killed."""
 
-    def __init__(
-        self, database_url: str, bootstrap: str, prefix: str, shard: int = 0, **env: str
-    ) -> None:
+    def __init__(self, database_url: str, bootstrap: str, prefix: str, **env: str) -> None:
         self._args = (database_url, bootstrap, prefix)
-        self._shard = shard
         self._env = env
+        self.shard = 0
+        """The shard its relays serve."""
         self.relays: list[RelayProcess] = []
 
     async def start(self) -> RelayProcess:
-        relay = RelayProcess(*self._args, self._shard, **self._env)
+        relay = RelayProcess(*self._args, **self._env)
+        relay.shard = self.shard
         self.relays.append(relay)
         return await relay.start()
 
