@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import asyncpg
@@ -29,7 +30,8 @@ from tests.support.wait import wait_until
 
 SESSIONS = 18
 """s00..s17: a session on every partition of the events topic."""
-CONVERGE_S = 120
+STEP_S = 40
+"""Each step's deadline: the steps together stay within the suite's 120 s per test."""
 FAST_REBALANCE = {"KEEL_KAFKA_SESSION_TIMEOUT_S": "6"}
 """A dead member is noticed after this (the broker's smallest session timeout by default)."""
 ALL = set(range(EVENTS.partitions))
@@ -46,7 +48,28 @@ async def converse_until(
     return rounds
 
 
+def running(*projectors: ProjectorProcess) -> None:
+    for projector_ in projectors:
+        assert projector_.process is not None
+        exited = projector_.process.returncode
+        assert exited is None, (
+            f"a projector exited ({exited}):\n{projector_.log.read_text()[-3000:]}"
+        )
+
+
+async def step(
+    condition: Callable[[], Awaitable[bool]], what: str, *projectors: ProjectorProcess
+) -> None:
+    """wait_until, failing with what each projector was assigned and last logged."""
+    try:
+        await wait_until(condition, STEP_S, what)
+    except TimeoutError as exc:
+        seen = [f"{p.log.name}: {p.assigned()}\n{p.log.read_text()[-2000:]}" for p in projectors]
+        raise AssertionError("\n".join([str(exc), *seen])) from exc
+
+
 def split(a: ProjectorProcess, b: ProjectorProcess) -> bool:
+    running(a, b)
     mine, theirs = a.assigned(), b.assigned()
     return bool(mine and theirs and not mine & theirs and mine | theirs == ALL)
 
@@ -72,38 +95,42 @@ async def test_two_projectors_split_the_partitions_and_the_survivor_takes_the_ki
         async def both_hold_half() -> bool:
             return split(survivor, victim)
 
-        await wait_until(both_hold_half, CONVERGE_S, "the two projectors to split the partitions")
+        both = (survivor, victim)
+        await step(both_hold_half, "the two projectors to split the partitions", *both)
         taken = victim.assigned()
         assert taken
         writing = asyncio.create_task(converse_until(ledger, pool, sessions, stop))
         try:
 
             async def both_applied() -> bool:
+                running(survivor, victim)
                 offsets = await stored_offsets(pool)
                 return all(offsets.get(p, 0) > 0 for p in ALL)
 
-            await wait_until(both_applied, CONVERGE_S, "both projectors to apply records")
+            await step(both_applied, "both projectors to apply records", *both)
             await victim.stop(signal.SIGKILL)
             killed_at = time.monotonic()
             stored = await stored_offsets(pool)
 
             async def survivor_holds_all() -> bool:
+                running(survivor)
                 return survivor.assigned() == ALL
 
-            await wait_until(survivor_holds_all, CONVERGE_S, "the survivor to take every partition")
+            await step(survivor_holds_all, "the survivor to take every partition", *both)
             takeover_s = time.monotonic() - killed_at
 
             async def resumed_the_taken() -> bool:
-                return set(survivor.first_records()) >= taken
+                takeover = next(a for a in survivor.assignments() if a.partitions == ALL)
+                return set(takeover.first) >= taken
 
-            await wait_until(resumed_the_taken, CONVERGE_S, "records of the taken partitions")
+            await step(resumed_the_taken, "records of the taken partitions", *both)
         finally:
             stop.set()
             rounds = await writing
-        await wait_until(lambda: models_equal_ledger_fold(pool), CONVERGE_S, "the ledger's fold")
+        await step(lambda: models_equal_ledger_fold(pool), "the ledger's fold", *both)
     # Each taken partition resumed exactly where the killed projector's last transaction left
     # it: nothing it applied is applied again, nothing after it is skipped.
-    first = survivor.first_records()
-    assert {p: first[p] for p in taken} == {p: stored.get(p, 0) for p in taken}
+    takeover = next(a for a in survivor.assignments() if a.partitions == ALL)
+    assert {p: takeover.first[p] for p in taken} == {p: stored.get(p, 0) for p in taken}
     assert rounds >= 2, "commits were flowing across the kill"
     print(f"partitions {sorted(taken)} taken over {takeover_s:.1f}s after the SIGKILL")
