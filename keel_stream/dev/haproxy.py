@@ -33,7 +33,15 @@ from typing import Final, Self
 from keel_stream.kafka.broker import free_port
 from keel_stream.procs import die_with_parent
 
-__all__ = ["HEADER", "IDLE_S", "Haproxy", "Replica", "find_haproxy", "haproxy_config"]
+__all__ = [
+    "HEADER",
+    "IDLE_S",
+    "Haproxy",
+    "Replica",
+    "find_haproxy",
+    "haproxy_config",
+    "haproxy_version",
+]
 
 HEADER: Final = "X-Keel-Replica"
 """The response header naming the replica that served the request."""
@@ -64,6 +72,15 @@ def find_haproxy() -> str:
         "haproxy not found (looked for haproxy on PATH and /usr/sbin/haproxy): "
         "install it, e.g. `apt-get install haproxy` (Debian ships 2.6)"
     )
+
+
+def haproxy_version(binary: str | None = None) -> str:
+    """The version HAProxy reports (`2.6.12-1+deb12u4`)."""
+    shown = subprocess.run(
+        [binary or find_haproxy(), "-v"], capture_output=True, text=True, timeout=30, check=True
+    )
+    first = shown.stdout.splitlines()[0] if shown.stdout else ""
+    return first.removeprefix("HAProxy version ").split(" ", 1)[0]
 
 
 def haproxy_config(

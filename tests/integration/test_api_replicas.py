@@ -21,7 +21,7 @@ from pathlib import Path
 import asyncpg
 import httpx
 
-from keel_stream.dev.haproxy import HEADER
+from keel_stream.dev.haproxy import HEADER, haproxy_version
 from keel_stream.relay import RelayConfig
 from keel_stream.store import PostgresLedger
 from keel_stream.store.keys import PostgresKeyStore
@@ -226,7 +226,8 @@ async def test_sse_clients_resume_every_seq_once_in_order_after_an_api_replica_i
     resume = sorted(s for r in readers for s in r.resumed_after)
     failures = sum((f.failures for f in feeders), Counter[str]())
     print(
-        f"{sum(kill.heads.values())} events over {SESSIONS} sessions; {kill.victim} SIGKILLed, "
+        f"HAProxy {haproxy_version()}: {sum(kill.heads.values())} events over {SESSIONS} "
+        f"sessions; {kill.victim} SIGKILLed, "
         f"marked down after {kill.marked_down_s:.2f}s; its streams resumed after "
         f"{resume[0]:.2f}-{resume[-1]:.2f}s; input retries {dict(failures)}"
     )
