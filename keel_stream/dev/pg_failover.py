@@ -255,10 +255,14 @@ class FailoverFormation:
         raise RuntimeError("pg_auto_failover: no primary")
 
     async def kill_primary(self) -> FormationNode:
-        """SIGKILL the primary's keeper and postgres (its whole process group); returns it."""
+        """SIGKILL the primary's keeper and postgres (its whole process group), verified gone;
+        returns it."""
         node = await self.primary()
         node.killed = True
+        members = [m.proc for m in group_members(node.group.pid)] if node.group else []
         self._kill_group(node, signal.SIGKILL)
+        if await asyncio.to_thread(wait_gone, members, _STOP_S):
+            raise RuntimeError(f"pg_auto_failover: {node.name} survived SIGKILL")
         return node
 
     async def wait_promoted(self, old: FormationNode, timeout_s: float = 60.0) -> FormationNode:
