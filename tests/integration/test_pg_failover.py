@@ -38,12 +38,16 @@ class Writes:
     acked: dict[str, int] = field(default_factory=dict)
     ack_times: list[float] = field(default_factory=list)
     retried: int = 0
+    replayed: int = 0
+    """Retries that found their commit already made: the lost acknowledgement's case."""
     stop: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 async def _commit_until_acked(ledger: PostgresLedger, request: CommitRequest, w: Writes) -> None:
     """A commit whose acknowledgement was lost is sent again with the same requestId."""
+    attempts = 0
     while True:
+        attempts += 1
         try:
             submission = await ledger.commit(request)
         except KeelError as exc:
@@ -53,6 +57,8 @@ async def _commit_until_acked(ledger: PostgresLedger, request: CommitRequest, w:
             await asyncio.sleep(0.1)
             continue
         assert request.key is not None
+        if attempts > 1 and not submission.created:
+            w.replayed += 1
         w.acked[request.key] = submission.seq
         w.ack_times.append(time.monotonic())
         return
@@ -123,7 +129,8 @@ async def _fail_over_under_commits(
         await listener.stop()
     print(
         f"\npg failover: write gap {_write_gap(w.ack_times):.2f} s, {len(w.acked)} acknowledged"
-        f" commits, {w.retried} retried, {old.name} -> {new.name}"
+        f" commits, {w.retried} retries ({w.replayed} found their commit made),"
+        f" {old.name} -> {new.name}"
     )
     return w
 
