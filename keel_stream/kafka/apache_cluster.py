@@ -16,6 +16,7 @@ import contextlib
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -238,6 +239,10 @@ class ApacheKafkaCluster:
         """The node answers on its own client port and lists itself (a restarted node is
         listed by the others until its session times out: only its own answer counts)."""
         node = self.nodes[node_id - 1]
+        with socket.socket() as sock:  # not before it listens: the client logs each refusal
+            sock.settimeout(0.5)
+            if sock.connect_ex(("127.0.0.1", node.client_port)) != 0:
+                return False
         return node_id in _listed(self.settings.at(f"127.0.0.1:{node.client_port}"))
 
     def _wait_listed(self, wanted: set[int], timeout_s: float) -> None:

@@ -77,11 +77,22 @@ async def commit_until(ledger: PostgresLedger, sessions: list[str], stop: asynci
 
 
 async def events_leader(kafka: KafkaSettings, topic: str) -> tuple[int, list[int]]:
-    """The broker leading the events topic's partition 0, and that partition's replicas."""
-    async with admin_client(kafka, "test") as admin:
-        (described,) = await admin.describe_topics([topic])
-    partition = next(p for p in described["partitions"] if p["partition"] == 0)
-    return int(partition["leader"]), [int(r) for r in partition["replicas"]]
+    """The broker leading the events topic's partition 0, and that partition's replicas, once
+    every broker asked knows the new topic (the controller propagates it asynchronously)."""
+    found: list[tuple[int, list[int]]] = []
+
+    async def described() -> bool:
+        async with admin_client(kafka, "test") as admin:
+            (topic_meta,) = await admin.describe_topics([topic])
+        found[:] = [
+            (int(p["leader"]), [int(r) for r in p["replicas"]])
+            for p in topic_meta["partitions"]
+            if p["partition"] == 0 and p["leader"] >= 0
+        ]
+        return bool(found)
+
+    await wait_until(described, 10, f"{topic}-0 to have a leader")
+    return found[0]
 
 
 def arrivals_of(records: Sequence[RawRecord], into: dict[str, list[int]]) -> None:
@@ -95,7 +106,8 @@ async def test_a_broker_killed_under_commits_loses_and_duplicates_no_event_on_th
     cluster: ApacheKafkaCluster, ledger: PostgresLedger, pool: asyncpg.Pool, database_dsn: str
 ) -> None:
     kafka, prefix = replicated(cluster), f"{unique_name('c')}."
-    await apply_catalog(kafka, prefix)
+    applied = await apply_catalog(kafka, prefix)
+    assert applied.clean, applied.drift  # min.insync.replicas=2 as the settings say
     topic = EVENTS.full_name(prefix)
     victim, replicas = await events_leader(kafka, topic)
     assert sorted(replicas) == [1, 2, 3]
