@@ -69,6 +69,10 @@ class KeelSettings(BaseSettings):
     kafka_ssl_key_password: str | None = None
     kafka_idempotence: bool = True
     """The relay asks for an idempotent producer (false: a principal without IDEMPOTENT_WRITE)."""
+    kafka_replication_factor: int = Field(default=1, ge=1)
+    """Replicas of each topic `topics apply` creates (3 on a three-broker cluster)."""
+    kafka_min_insync_replicas: int | None = Field(default=None, ge=1)
+    """min.insync.replicas of each topic `topics apply` creates; unset: the broker's default."""
     kafka_request_timeout_s: float = Field(default=10.0, gt=0, allow_inf_nan=False)
     kafka_session_timeout_s: float = Field(default=10.0, gt=0, allow_inf_nan=False)
     """A consumer-group member (projector, hooks, tail) silent this long leaves its group."""

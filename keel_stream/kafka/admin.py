@@ -95,6 +95,15 @@ async def _configs(admin: AIOKafkaAdminClient, name: str) -> dict[str, str]:
     return found
 
 
+def topic_configs(spec: TopicSpec, kafka: KafkaSettings) -> dict[str, str]:
+    """The topic's configs as apply creates it: the catalog's, and the settings'
+    min.insync.replicas when set."""
+    configs = spec.configs()
+    if kafka.min_insync_replicas is not None:
+        configs["min.insync.replicas"] = str(kafka.min_insync_replicas)
+    return configs
+
+
 async def apply_catalog(
     kafka: KafkaSettings, prefix: str = "", catalog: Iterable[TopicSpec] = CATALOG
 ) -> ApplyReport:
@@ -107,21 +116,30 @@ async def apply_catalog(
         if missing:
             # A topic created a moment ago (or by a racing apply) may not be listed yet: the
             # broker then answers "already exists", and it is checked for drift like the others.
-            present |= await _create(admin, missing, prefix)
+            present |= await _create(admin, kafka, missing, prefix)
             report.created = [
                 s.full_name(prefix) for s in missing if s.full_name(prefix) not in present
             ]
         existing = [s for s in specs if s.full_name(prefix) in present]
         report.existing = [s.full_name(prefix) for s in existing]
-        report.drift = await _drift(admin, existing, prefix)
+        report.drift = await _drift(admin, kafka, existing, prefix)
     return report
 
 
-async def _create(admin: AIOKafkaAdminClient, specs: list[TopicSpec], prefix: str) -> set[str]:
-    """Create the topics; the names the broker said already existed."""
-    response = await admin.create_topics(
-        [NewTopic(s.full_name(prefix), s.partitions, 1, topic_configs=s.configs()) for s in specs]
-    )
+async def _create(
+    admin: AIOKafkaAdminClient, kafka: KafkaSettings, specs: list[TopicSpec], prefix: str
+) -> set[str]:
+    """Create the topics (replicated as the settings say); the names that already existed."""
+    new = [
+        NewTopic(
+            s.full_name(prefix),
+            s.partitions,
+            kafka.replication_factor,
+            topic_configs=topic_configs(s, kafka),
+        )
+        for s in specs
+    ]
+    response = await admin.create_topics(new)
     already = set()
     for error in response.topic_errors:
         name, code = error[0], error[1]
@@ -133,7 +151,9 @@ async def _create(admin: AIOKafkaAdminClient, specs: list[TopicSpec], prefix: st
     return already
 
 
-async def _drift(admin: AIOKafkaAdminClient, specs: list[TopicSpec], prefix: str) -> list[str]:
+async def _drift(
+    admin: AIOKafkaAdminClient, kafka: KafkaSettings, specs: list[TopicSpec], prefix: str
+) -> list[str]:
     drift = []
     counts = await _partition_counts(admin, [s.full_name(prefix) for s in specs])
     for spec in specs:
@@ -141,7 +161,7 @@ async def _drift(admin: AIOKafkaAdminClient, specs: list[TopicSpec], prefix: str
         if counts.get(name) != spec.partitions:
             drift.append(f"{name}: {counts.get(name)} partitions, catalog says {spec.partitions}")
         actual = await _configs(admin, name)
-        for key, wanted in spec.configs().items():
+        for key, wanted in topic_configs(spec, kafka).items():
             if key in actual and actual[key] != wanted:
                 drift.append(f"{name}: {key}={actual[key]}, catalog says {wanted}")
     return drift

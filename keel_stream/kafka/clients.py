@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import functools
 import ssl
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.client import AIOKafkaClient
+from aiokafka.conn import create_conn
+from aiokafka.errors import KafkaConnectionError, KafkaError
 from aiokafka.helpers import create_ssl_context
 
+from keel_stream.kafka.errors import access_denied
 from keel_stream.kafka.settings import CLIENT_LOGGER, KafkaSettings
 
 __all__ = [
@@ -84,9 +88,50 @@ def _kwargs(kafka: KafkaSettings, role: str, tuning: dict[str, Any]) -> dict[str
     return connection(kafka, role) | tuning
 
 
+async def _refusal(kafka: KafkaSettings, role: str) -> BaseException | None:
+    """The first broker's refusal of the settings' credentials (or certificate), if it refuses
+    them: connect to it once, as the client's bootstrap does."""
+    host, _, port = kafka.bootstrap.split(",")[0].strip().rpartition(":")
+    kwargs = connection(kafka, role)
+    del kwargs["bootstrap_servers"]
+    try:
+        conn = await create_conn(host, int(port), **kwargs)
+    except (KafkaError, OSError, TimeoutError) as exc:
+        return exc if access_denied(exc) else None
+    conn.close()
+    return None
+
+
+def _reporting_refusals(client: AIOKafkaClient, kafka: KafkaSettings, role: str) -> None:
+    """aiokafka 0.14's bootstrap logs a broker's refusal of the credentials and reports only
+    that no broker could be reached (KafkaConnectionError, i.e. "unavailable, retry"): a client
+    with wrong credentials would retry forever. On that failure, ask the first broker again and
+    raise its refusal, which keel_stream.kafka.errors names BrokerAccessDenied."""
+    bootstrap = client.bootstrap
+
+    async def bootstrap_or_refusal() -> None:
+        try:
+            await bootstrap()
+        except KafkaConnectionError as exc:
+            if (kafka.sasl or kafka.tls) and (refusal := await _refusal(kafka, role)):
+                raise refusal from exc
+            raise
+
+    client.bootstrap = bootstrap_or_refusal
+
+
+_Client = TypeVar("_Client", AIOKafkaProducer, AIOKafkaConsumer, AIOKafkaAdminClient)
+
+
+def _built(built: _Client, kafka: KafkaSettings, role: str) -> _Client:
+    inner = built.client if isinstance(built, AIOKafkaProducer) else built._client
+    _reporting_refusals(inner, kafka, role)
+    return built
+
+
 def producer(kafka: KafkaSettings, role: str, **tuning: Any) -> AIOKafkaProducer:
     """A producer (not started) for `role`, tuned by `tuning` (acks, linger_ms, ...)."""
-    return AIOKafkaProducer(**_kwargs(kafka, role, tuning))
+    return _built(AIOKafkaProducer(**_kwargs(kafka, role, tuning)), kafka, role)
 
 
 def consumer(kafka: KafkaSettings, role: str, *topics: str, **tuning: Any) -> AIOKafkaConsumer:
@@ -95,9 +140,10 @@ def consumer(kafka: KafkaSettings, role: str, *topics: str, **tuning: Any) -> AI
     its caller."""
     session_ms = int(kafka.session_timeout_s * 1000)
     group = {"session_timeout_ms": session_ms, "heartbeat_interval_ms": max(100, session_ms // 3)}
-    return AIOKafkaConsumer(*topics, **(group | _kwargs(kafka, role, tuning)))
+    built = AIOKafkaConsumer(*topics, **(group | _kwargs(kafka, role, tuning)))
+    return _built(built, kafka, role)
 
 
 def admin(kafka: KafkaSettings, role: str, **tuning: Any) -> AIOKafkaAdminClient:
     """An admin client (not started) for `role`."""
-    return AIOKafkaAdminClient(**_kwargs(kafka, role, tuning))
+    return _built(AIOKafkaAdminClient(**_kwargs(kafka, role, tuning)), kafka, role)

@@ -20,6 +20,7 @@ from keel_stream.errors import (
 
 __all__ = [
     "KafkaClientError",
+    "access_denied",
     "broker_error",
     "client_failure",
     "idempotence_unsupported",
@@ -58,6 +59,11 @@ _UNAVAILABLE: Final = (
     kafka.NotLeaderForPartitionError,
     kafka.CoordinatorNotAvailableError,
 )
+
+
+def access_denied(exc: BaseException) -> bool:
+    """Whether the broker refused the client's credentials, certificate or rights."""
+    return isinstance(exc, _DENIED)
 
 
 def broker_error(action: str, exc: BaseException) -> KeelError:

@@ -53,6 +53,10 @@ class KafkaSettings:
     idempotence: bool = True
     """Whether the relay asks for an idempotent producer (it falls back to a plain one on a
     broker that has no producer ids); false where the principal lacks IDEMPOTENT_WRITE."""
+    replication_factor: int = 1
+    """Replicas of each topic the catalog's apply creates (3 on a three-broker cluster)."""
+    min_insync_replicas: int | None = None
+    """min.insync.replicas of each topic the catalog's apply creates; None: the broker's."""
     request_timeout_s: float = 10.0
     session_timeout_s: float = 10.0
     """A consumer group member silent this long is taken out of the group."""
@@ -73,6 +77,13 @@ class KafkaSettings:
             raise InvalidSetting(
                 f"TLS files are set but {env_var('kafka_security_protocol')} is "
                 f"{self.security_protocol} (SSL or SASL_SSL uses them)"
+            )
+        if self.min_insync_replicas is not None and not (
+            1 <= self.min_insync_replicas <= self.replication_factor
+        ):
+            raise InvalidSetting(
+                f"{env_var('kafka_min_insync_replicas')} must be between 1 and "
+                f"{env_var('kafka_replication_factor')} ({self.replication_factor})"
             )
         if self.request_timeout_s <= 0 or self.session_timeout_s <= 0:
             raise InvalidSetting("Kafka timeouts must be positive")
@@ -113,6 +124,8 @@ def kafka_settings(settings: KeelSettings, bootstrap: str | None = None) -> Kafk
         ssl_keyfile=settings.kafka_ssl_keyfile,
         ssl_key_password=settings.kafka_ssl_key_password,
         idempotence=settings.kafka_idempotence,
+        replication_factor=settings.kafka_replication_factor,
+        min_insync_replicas=settings.kafka_min_insync_replicas,
         request_timeout_s=settings.kafka_request_timeout_s,
         session_timeout_s=settings.kafka_session_timeout_s,
     )

@@ -231,7 +231,9 @@ def _transport(runtime: _Runtime, app: faust.App) -> faust.types.TransportT:
         forget_lag(runtime.source, set(runtime.positions) - assigned)
         runtime.positions = {p: offsets.get(p, 0) for p in assigned}
         runtime.resumed.clear()
-        runtime.log.info("resumed from stored offsets", offsets=offsets)
+        runtime.log.info(
+            "resumed from stored offsets", offsets=offsets, partitions=sorted(assigned)
+        )
 
     return stored_offset_transport(app, runtime.source, stored, resumed)
 

@@ -22,6 +22,10 @@ _UNAVAILABLE = (
     # A connection the server shut down mid-operation (seen during a fast shutdown): "cannot
     # switch to state 15; another operation is in progress".
     asyncpg.InternalClientError,
+    # A failover: the server reports the connection failed (SQLSTATE class 08), or a write
+    # reached a node that is (now) a standby: the writable node is found on reconnect.
+    asyncpg.PostgresConnectionError,
+    asyncpg.ReadOnlySQLTransactionError,
 )
 
 

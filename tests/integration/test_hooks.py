@@ -24,7 +24,9 @@ from keel_stream.store import PostgresLedger, create_pool
 from tests.support.api import serve_api
 from tests.support.hook_receiver import (
     LOOPBACK_RECEIVERS,
+    Expected,
     HookReceiver,
+    conversed,
     fast_config,
     hooks_task,
     tenant_document,
@@ -36,25 +38,6 @@ from tests.support.wait import wait_until
 
 OUTAGE_S = 15.0
 """Several capped backoffs of fast_config (0.5 s doubling up to 2 s), so every event is retried."""
-
-Expected = dict[str, tuple[str, str, int]]
-"""webhook id -> (hook, session, seq)"""
-
-
-def conversed(session: str, cycles: int, start: int = 0) -> Expected:
-    """The hook events of `converse`: per cycle an input, a tool_use answer, its result, the
-    final answer and run.finished: two model requests."""
-    expected: Expected = {}
-    for n in range(start, start + cycles):
-        base = 5 * n
-        for hook, seq in (
-            ("turn.started", base + 1),
-            ("turn.finished", base + 2),
-            ("turn.started", base + 3),
-            ("turn.finished", base + 4),
-        ):
-            expected[webhook_id("acme", session, seq, hook)] = (hook, session, seq)
-    return expected
 
 
 async def gated_turn(ledger: PostgresLedger, pool: asyncpg.Pool, session: str) -> Expected:

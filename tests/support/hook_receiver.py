@@ -16,6 +16,7 @@ from aiohttp import web
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from keel_stream.hooks.egress import EgressPolicy
+from keel_stream.hooks.envelope import webhook_id
 from keel_stream.hooks.retry import RetryPolicy
 from keel_stream.hooks.sender import SenderConfig
 from keel_stream.hooks.service import HooksConfig, run_hooks
@@ -132,3 +133,23 @@ class HookReceiver:
         if self._runner is not None:
             await asyncio.wait_for(self._runner.cleanup(), 10)
             self._runner = None
+
+
+Expected = dict[str, tuple[str, str, int]]
+"""webhook id -> (hook, session, seq)"""
+
+
+def conversed(session: str, cycles: int, start: int = 0) -> Expected:
+    """The hook events of `converse`: per cycle an input, a tool_use answer, its result, the
+    final answer and run.finished: two model requests."""
+    expected: Expected = {}
+    for n in range(start, start + cycles):
+        base = 5 * n
+        for hook, seq in (
+            ("turn.started", base + 1),
+            ("turn.finished", base + 2),
+            ("turn.started", base + 3),
+            ("turn.finished", base + 4),
+        ):
+            expected[webhook_id("acme", session, seq, hook)] = (hook, session, seq)
+    return expected

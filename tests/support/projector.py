@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +22,21 @@ from keel_stream.store.projection_rows import TRANSCRIPT, read_transcripts
 _SESSIONS = "SELECT tenant_id, session_id FROM sessions"
 
 
+@dataclass
+class Assignment:
+    """The source partitions a projector was assigned, and per partition the offset of the
+    first record it consumed after that."""
+
+    partitions: set[int]
+    first: dict[int, int]
+
+
 class ProjectorProcess:
     """`keel-stream projections run` as a child process; its log goes to a file."""
 
-    def __init__(self, database_url: str, bootstrap: str, prefix: str, data_dir: Path) -> None:
+    def __init__(
+        self, database_url: str, bootstrap: str, prefix: str, data_dir: Path, **env: str
+    ) -> None:
         self._env = {
             **os.environ,
             "KEEL_DATABASE_URL": database_url,
@@ -34,6 +46,7 @@ class ProjectorProcess:
             "KEEL_PROJECTOR_RECONCILE_EVERY_S": "0.5",
             "KEEL_PROJECTOR_RECONCILE_IDLE_S": "0.5",
             "KEEL_PROJECTOR_BATCH_SIZE": "200",
+            **env,
         }
         self.log = data_dir / f"projector-{os.urandom(3).hex()}.log"
         self.process: asyncio.subprocess.Process | None = None
@@ -47,19 +60,29 @@ class ProjectorProcess:
             )  # fmt: skip
         return self
 
-    def first_records(self) -> dict[int, int]:
-        """Per partition, the offset of the first record consumed after the last assignment."""
-        first: dict[int, int] = {}
+    def assignments(self) -> list[Assignment]:
+        """Every assignment so far, in order, each with the first records consumed after it."""
+        found: list[Assignment] = []
         for line in self.log.read_text().splitlines():
             if '"first record"' not in line and "resumed from stored" not in line:
                 continue
             with contextlib.suppress(ValueError):
                 entry = json.loads(line[line.index("{") :])
                 if entry.get("event") == "resumed from stored offsets":
-                    first.clear()
-                elif entry.get("event") == "first record":
-                    first[int(entry["partition"])] = int(entry["offset"])
-        return first
+                    found.append(Assignment(set(entry.get("partitions", ())), {}))
+                elif entry.get("event") == "first record" and found:
+                    found[-1].first.setdefault(int(entry["partition"]), int(entry["offset"]))
+        return found
+
+    def first_records(self) -> dict[int, int]:
+        """Per partition, the offset of the first record consumed after the last assignment."""
+        assignments = self.assignments()
+        return assignments[-1].first if assignments else {}
+
+    def assigned(self) -> set[int] | None:
+        """The source partitions of the last assignment (None before the first)."""
+        assignments = self.assignments()
+        return assignments[-1].partitions if assignments else None
 
     async def stop(self, sig: signal.Signals = signal.SIGTERM) -> int:
         assert self.process is not None
@@ -72,9 +95,9 @@ class ProjectorProcess:
 
 @contextlib.asynccontextmanager
 async def projector(
-    database_url: str, bootstrap: str, prefix: str, data_dir: Path
+    database_url: str, bootstrap: str, prefix: str, data_dir: Path, **env: str
 ) -> AsyncIterator[ProjectorProcess]:
-    process = await ProjectorProcess(database_url, bootstrap, prefix, data_dir).start()
+    process = await ProjectorProcess(database_url, bootstrap, prefix, data_dir, **env).start()
     try:
         yield process
     finally:

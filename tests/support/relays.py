@@ -45,6 +45,8 @@ class RelayProcess:
             bootstrap,
         ]
         self._env = {**os.environ, "KEEL_TOPIC_PREFIX": prefix, **env}
+        self.shard = 0
+        """The outbox shard it serves (`--shard`), of KEEL_RELAY_SHARDS."""
         self.process: asyncio.subprocess.Process | None = None
         self.events: list[str] = []
         self.entries: list[dict[str, Any]] = []
@@ -55,6 +57,8 @@ class RelayProcess:
     async def start(self) -> RelayProcess:
         self.process = await asyncio.create_subprocess_exec(
             *self._args,
+            "--shard",
+            str(self.shard),
             env=self._env,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
@@ -114,10 +118,13 @@ class RelayFleet:
     def __init__(self, database_url: str, bootstrap: str, prefix: str, **env: str) -> None:
         self._args = (database_url, bootstrap, prefix)
         self._env = env
+        self.shard = 0
+        """The shard its relays serve."""
         self.relays: list[RelayProcess] = []
 
     async def start(self) -> RelayProcess:
         relay = RelayProcess(*self._args, **self._env)
+        relay.shard = self.shard
         self.relays.append(relay)
         return await relay.start()
 

@@ -56,14 +56,23 @@ def test_single_replica_settings_and_explicit_topics_like_compose(tmp_path: Path
 def test_compose_and_the_test_broker_agree_where_both_set_a_key(tmp_path: Path) -> None:
     compose = (Path(__file__).resolve().parents[2] / "compose" / "docker-compose.yml").read_text()
     props = server_properties(tmp_path, 1, 2)
-    addresses = {"listeners", "advertised.listeners", "controller.quorum.voters", "log.dirs"}
+    addresses = {
+        "listeners",
+        "advertised.listeners",
+        "controller.quorum.voters",
+        "log.dirs",
+        "node.id",
+    }
+    # compose runs three brokers with SCRAM on a client listener, the test broker one, plaintext:
+    # replication and listener settings differ by design (tests/unit/test_compose.py checks them).
+    cluster_shape = re.compile(r"replication|insync|min\.isr|listener|unclean")
     compared = []
     for name, value in re.findall(r"^\s+KAFKA_([A-Z_]+): \"?([^\s\"]+)\"?\s*$", compose, re.M):
         key = name.lower().replace("_", ".")
-        if key not in addresses and key in props:
+        if key not in addresses and not cluster_shape.search(key) and key in props:
             assert props.get(key) == value, f"{key}: compose {value}, test broker {props.get(key)}"
             compared.append(key)
-    assert len(compared) >= 7, compared
+    assert len(compared) >= 2, compared
 
 
 def test_properties_render_one_line_each_and_escape_backslashes() -> None:

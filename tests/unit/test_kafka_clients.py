@@ -11,9 +11,11 @@ import pytest
 
 from keel_stream.errors import InvalidSetting, MissingKafkaBootstrap
 from keel_stream.kafka import clients
+from keel_stream.kafka.admin import topic_configs
 from keel_stream.kafka.faust_app import faust_broker
 from keel_stream.kafka.settings import KafkaSettings, kafka_settings
 from keel_stream.settings import KeelSettings
+from keel_stream.topics.catalog import EVENTS
 
 
 def _self_signed(directory: Path) -> tuple[Path, Path]:
@@ -127,8 +129,22 @@ def test_kafka_settings_come_from_the_keel_settings(tmp_path: Path) -> None:
         {"security_protocol": "SASL_SSL"},  # no username, no password
         {"security_protocol": "SSL", "ssl_certfile": Path("c.pem")},  # a cert without its key
         {"ssl_cafile": Path("ca.pem")},  # TLS files on a PLAINTEXT connection
+        {"min_insync_replicas": 2},  # more in sync than there are replicas
     ],
 )
 def test_inconsistent_security_settings_are_refused(wrong: dict[str, object]) -> None:
     with pytest.raises(InvalidSetting):
         KafkaSettings("b:9092", **wrong)  # type: ignore[arg-type]
+
+
+def test_topics_are_replicated_as_the_settings_say_and_once_by_default() -> None:
+    cluster = kafka_settings(
+        KeelSettings(
+            kafka_bootstrap="b:9092", kafka_replication_factor=3, kafka_min_insync_replicas=2
+        )
+    )
+    assert (cluster.replication_factor, cluster.min_insync_replicas) == (3, 2)
+    assert topic_configs(EVENTS, cluster) == EVENTS.configs() | {"min.insync.replicas": "2"}
+    single = kafka_settings(KeelSettings(kafka_bootstrap="b:9092"))
+    assert (single.replication_factor, single.min_insync_replicas) == (1, None)
+    assert topic_configs(EVENTS, single) == EVENTS.configs()
