@@ -52,6 +52,10 @@ class SessionLoad:
     outage_errors: tuple[str, ...] = ()
     """what its attempts met during that outage, in order (repeats folded)"""
     failures: Counter[str] = field(default_factory=Counter)
+    stream_gaps: int = 0
+    """seqs the SSE reader never saw although it saw a later one (resuming after each drop)"""
+    stream_duplicates: int = 0
+    """frames whose seq the SSE reader had seen already"""
 
 
 class Load:
@@ -168,7 +172,8 @@ class Load:
         while True:
             with contextlib.suppress(httpx.HTTPError, ValueError):
                 path = f"/v1/sessions/{session.id}/events/stream"
-                async with self._streams.stream("GET", path, params={"after": last}) as response:
+                resume = {"Last-Event-ID": str(last)}
+                async with self._streams.stream("GET", path, headers=resume) as response:
                     if response.status_code == 200:
                         last = await self._frames(session, response, last)
             await asyncio.sleep(_RETRY_S)
@@ -182,6 +187,10 @@ class Load:
             elif line.startswith("event: "):
                 kind = line[7:]
             elif line.startswith("data: ") and seq is not None:
+                if seq <= last:
+                    session.stream_duplicates += 1
+                    continue
+                session.stream_gaps += seq - last - 1
                 self._on_event(session, seq, kind, orjson.loads(line[6:]).get("payload") or {})
                 last, seq = seq, None
         return last

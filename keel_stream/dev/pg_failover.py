@@ -103,6 +103,14 @@ class FailoverFormation:
         hosts = ",".join(f"127.0.0.1:{node.port}" for node in self.nodes)
         return f"postgresql://postgres@{hosts}/{self._database}?target_session_attrs=read-write"
 
+    def server_version(self) -> str:
+        """What the formation's PostgreSQL reports (`postgres (PostgreSQL) 15.14 ...`)."""
+        shown = subprocess.run(
+            [str(self._bin / "postgres"), "--version"],
+            capture_output=True, text=True, timeout=30, check=True,
+        )  # fmt: skip
+        return shown.stdout.strip()
+
     @property
     def monitor_dsn(self) -> str:
         return self.monitor.dsn("pg_auto_failover")

@@ -3,8 +3,9 @@ tests/support/benchmarks.py), at its smallest size (`--smoke`), against the suit
 and Kafka, ends with its figures (one JSON object) as its last line of stdout. A new benchmark
 without `--smoke` fails here. Seconds each; the figures mean nothing at that size.
 
-benchmarks.chaos stops and restarts its own servers, so it cannot share the suite's:
-tests/integration/test_chaos.py runs it (`--smoke`) and checks its figures' last line there.
+benchmarks.chaos and benchmarks.cluster_chaos kill their own servers, so they cannot share the
+suite's: tests/integration/test_chaos.py and test_cluster_chaos.py run them (`--smoke`) and check
+their figures' last line there.
 """
 
 from __future__ import annotations
@@ -21,7 +22,10 @@ from tests.support.benchmarks import (
 from tests.support.kafka import KafkaServer
 from tests.support.postgres import PgServer
 
-ELSEWHERE = {"chaos": "tests/integration/test_chaos.py"}
+ELSEWHERE = {
+    "chaos": "tests/integration/test_chaos.py",
+    "cluster_chaos": "tests/integration/test_cluster_chaos.py",
+}
 """Benchmarks run by another test (with `--smoke`), and where."""
 
 SMOKE_TIMEOUT_S = 150.0

@@ -61,7 +61,8 @@ class ProjectorProcess:
         return self
 
     def assignments(self) -> list[Assignment]:
-        """Every assignment so far, in order, each with the first records consumed after it."""
+        """Every assignment so far, in order, each with the first records consumed after it
+        (the same partitions announced twice in a row, with no record between, count once)."""
         found: list[Assignment] = []
         for line in self.log.read_text().splitlines():
             if '"first record"' not in line and "resumed from stored" not in line:
@@ -69,7 +70,11 @@ class ProjectorProcess:
             with contextlib.suppress(ValueError):
                 entry = json.loads(line[line.index("{") :])
                 if entry.get("event") == "resumed from stored offsets":
-                    found.append(Assignment(set(entry.get("partitions", ())), {}))
+                    partitions = set(entry.get("partitions", ()))
+                    # A rebalance may announce the same assignment twice before any record:
+                    # that is one assignment, whose first records follow the second line.
+                    if not (found and found[-1].partitions == partitions and not found[-1].first):
+                        found.append(Assignment(partitions, {}))
                 elif entry.get("event") == "first record" and found:
                     found[-1].first.setdefault(int(entry["partition"]), int(entry["offset"]))
         return found

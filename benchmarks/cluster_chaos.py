@@ -1,0 +1,329 @@
+"""Cluster chaos: the production shape on one machine, killed one engine at a time under steady
+input; nothing acknowledged may be lost, duplicated, skipped on a stream or left unanswered.
+
+    python -m benchmarks.cluster_chaos [--sessions 40] [--interval 2] [--warmup 20] [--rounds 2]
+                                       [--between 15] [--broker-down 10] [--burst 10]
+                                       [--burst-clients 8] [--smoke]
+
+The topology (benchmarks.cluster_shape): three Apache Kafka brokers (KRaft, SASL/SCRAM, topics
+replicated three times, two in sync), a pg_auto_failover primary with a synchronous standby
+behind a multi-host DSN, two API replicas behind HAProxy, and two of every other service (two
+relay shards). First a throughput burst: `--burst-clients` clients commit back to back for
+`--burst` seconds. Then `--sessions` clients each post one input every `--interval` s with a
+requestId of their own (retried with it until acknowledged) through the balancer and read their
+session over SSE, resuming with Last-Event-ID. After `--warmup` s, in turn, `--rounds` times: a
+broker is SIGKILLed (restarted after `--broker-down` s), the PostgreSQL primary is SIGKILLed
+(the standby is promoted; the old primary stays down), then one replica of the API, a worker, a
+projector and a relay are SIGKILLed (each restarted by the run's supervisor); `--between` s of
+steady input after each. Then no new input: every acknowledged input is looked up in the ledger
+and the transcript (benchmarks.chaos_audit) and `keel-stream verify` compares ledger, topic and
+read models. Last, the same burst on a single node (one PostgreSQL, one broker, one of each
+service: benchmarks.chaos_cluster) for the throughput ratio.
+
+Figures: commits acknowledged, lost, duplicated (ledger and topic), SSE gaps and duplicates,
+the failover's write gap (s) and promotion time, each fault's recovery per consumer (s),
+throughput beside the single node. Last line: one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import httpx
+import orjson
+
+from benchmarks.chaos_audit import Audit, Verified, settle, verify
+from benchmarks.chaos_cluster import Cluster, Servers
+from benchmarks.chaos_load import Load
+from benchmarks.cli import arguments
+from benchmarks.cluster_faults import FAULTS, Fault, inflict
+from benchmarks.cluster_shape import ProductionShape, engine_versions
+
+__all__ = ["ClusterParams", "main", "run_cluster_chaos"]
+
+
+@dataclass(frozen=True)
+class ClusterParams:
+    sessions: int = 40
+    interval_s: float = 2.0
+    warmup_s: float = 20.0
+    rounds: int = 2
+    between_s: float = 15.0
+    broker_down_s: float = 10.0
+    burst_s: float = 10.0
+    burst_clients: int = 8
+    restart_after_s: float = 1.0
+    recovery_deadline_s: float = 90.0
+    settle_s: float = 180.0
+
+
+async def burst(api_url: str, key: str, clients: int, seconds: float) -> float:
+    """Commits per second: `clients` clients, each on a session of its own, back to back."""
+    headers = {"Authorization": f"Bearer {key}"}
+    async with httpx.AsyncClient(base_url=api_url, headers=headers, timeout=10) as client:
+        stamp = time.monotonic_ns()
+        ids = []
+        for index in range(clients):
+            made = await client.post("/v1/sessions", json={"id": f"burst-{stamp}-{index}"})
+            made.raise_for_status()
+            ids.append(made.json()["id"])
+        ends = time.monotonic() + seconds
+
+        async def commit_until_end(session: str) -> int:
+            done = 0
+            while time.monotonic() < ends:
+                body = {"kind": "user.message", "payload": {"text": f"burst {done}"}}
+                body["requestId"] = f"{session}-{done}"
+                response = await client.post(f"/v1/sessions/{session}/events", json=body)
+                done += int(response.is_success)
+            return done
+
+        started = time.monotonic()
+        total = sum(await asyncio.gather(*(commit_until_end(s) for s in ids)))
+        return total / (time.monotonic() - started)
+
+
+def _write_gap(load: Load, fault: Fault) -> float | None:
+    """Seconds between the last acknowledgement before the kill and the first one after it."""
+    acks = sorted(i.acked_at for s in load.sessions for i in s.inputs if i.acked_at is not None)
+    before = [t for t in acks if t <= fault.at]
+    after = [t for t in acks if t > fault.at]
+    if not before or not after:
+        return None
+    return round(after[0] - before[-1], 2)
+
+
+@dataclass
+class ClusterResult:
+    params: ClusterParams
+    versions: dict[str, str]
+    faults: list[Fault]
+    load: Load
+    audit: Audit
+    verified: Verified
+    throughput: dict[str, float]
+    crashes: list[dict[str, Any]]
+    steps: dict[str, float]
+
+    def topic_counts(self) -> dict[str, int]:
+        try:
+            counts = orjson.loads(self.verified.output).get("counts", {})
+        except orjson.JSONDecodeError:
+            return {}
+        return {k: int(v) for k, v in counts.items() if isinstance(v, int)}
+
+    def figures(self) -> dict[str, Any]:
+        topic = self.topic_counts()
+        postgres = [f for f in self.faults if f.what == "postgres"]
+        gaps = [_write_gap(self.load, f) for f in postgres]
+        cluster, single = self.throughput.get("cluster", 0.0), self.throughput.get("single", 0.0)
+        return {
+            "engines": self.versions,
+            "sessions": self.params.sessions,
+            "acknowledged": self.audit.acknowledged,
+            "unacknowledged": len(self.audit.unacknowledged),
+            "lost": len(self.audit.lost),
+            "duplicated": len(self.audit.duplicated),
+            "duplicated_on_topic": topic.get("duplicates"),
+            "missing_on_topic": topic.get("missing"),
+            "unanswered": len(self.audit.unanswered) + len(self.audit.missing_from_transcript),
+            "sse_gaps": sum(s.stream_gaps for s in self.load.sessions),
+            "sse_duplicates": sum(s.stream_duplicates for s in self.load.sessions),
+            "failover_write_gap_s": [g for g in gaps if g is not None],
+            "failover_promoted_s": [f.detail.get("promoted_s") for f in postgres],
+            "faults": [f.figures() for f in self.faults],
+            "throughput_per_s": {
+                "cluster": round(cluster, 1),
+                "single_node": round(single, 1),
+                "ratio": round(cluster / single, 2) if single else None,
+            },
+            "crashes": self.crashes,
+            "verify": "passed" if self.verified.passed else "failed",
+            "verify_counts": topic,
+            "steps_s": self.steps,
+        }
+
+
+class _Steps(dict[str, float]):
+    def __init__(self) -> None:
+        super().__init__()
+        self._last = time.monotonic()
+
+    def mark(self, step: str) -> None:
+        now = time.monotonic()
+        self[step] = round(now - self._last, 1)
+        self._last = now
+
+
+async def _faults(shape: ProductionShape, params: ClusterParams) -> list[Fault]:
+    done: list[Fault] = []
+    for _ in range(params.rounds):
+        for what in FAULTS:
+            fault = await inflict(
+                shape,
+                what,
+                broker_down_s=params.broker_down_s,
+                deadline_s=params.recovery_deadline_s,
+            )
+            print(f"fault: {orjson.dumps(fault.figures()).decode()}", flush=True)
+            done.append(fault)
+            await asyncio.sleep(params.between_s)
+    return done
+
+
+async def _on_cluster(
+    shape: ProductionShape, params: ClusterParams, steps: _Steps
+) -> ClusterResult:
+    steps.update(await shape.start())
+    versions = engine_versions(shape)
+    print(f"engines: {orjson.dumps(versions).decode()}", flush=True)
+    cluster_rate = await burst(shape.api_url, shape.key, params.burst_clients, params.burst_s)
+    steps.mark("burst")
+    load = Load(shape.api_url, shape.key, params.sessions, params.interval_s)
+    try:
+        await load.open_sessions()
+        load.start()
+        shape.epoch = load.epoch = time.monotonic()
+        await asyncio.sleep(params.warmup_s)
+        faults = await _faults(shape, params)
+        steps.mark("faults")
+        await load.stop_feeding(give_up_s=params.settle_s)
+        found, _ = await settle(load.client, load.sessions, params.settle_s)
+        steps.mark("settle")
+        verified = await verify(shape.env)
+        steps.mark("verify")
+    finally:
+        await load.close()
+    return ClusterResult(
+        params=params,
+        versions=versions,
+        faults=faults,
+        load=load,
+        audit=found,
+        verified=verified,
+        throughput={"cluster": cluster_rate},
+        crashes=[vars(crash) for crash in shape.crashes],
+        steps=steps,
+    )
+
+
+async def _single_node_rate(root: Path, params: ClusterParams) -> float:
+    """The same burst on one PostgreSQL, one broker and one of each service."""
+    servers = Servers(root)
+    await asyncio.to_thread(servers.start)
+    cluster = Cluster(root, servers, params.restart_after_s)
+    try:
+        await cluster.prepare()
+        cluster.start_services()
+        await asyncio.gather(cluster.create_key(), cluster.wait_ready())
+        return await burst(cluster.api_url, cluster.key, params.burst_clients, params.burst_s)
+    finally:
+        await cluster.close()
+        await asyncio.to_thread(servers.stop)
+
+
+async def run_cluster_chaos(params: ClusterParams, root: Path) -> ClusterResult:
+    """The production shape under faults, then the single node's burst."""
+    steps = _Steps()
+    shape = ProductionShape(root / "cluster", params.restart_after_s)
+    try:
+        result = await _on_cluster(shape, params, steps)
+    finally:
+        await shape.close()
+        steps.mark("teardown")
+    result.throughput["single"] = await _single_node_rate(root / "single", params)
+    steps.mark("single node")
+    return result
+
+
+def report(result: ClusterResult) -> list[str]:
+    f = result.figures()
+    lines = [f"engines: {', '.join(f['engines'].values())}"]
+    lines += [
+        f"commits acknowledged: {f['acknowledged']} (given up: {f['unacknowledged']})",
+        f"lost: {f['lost']}, duplicated: {f['duplicated']}, "
+        f"on the topic: {f['duplicated_on_topic']} duplicated, {f['missing_on_topic']} missing",
+        f"unanswered: {f['unanswered']}",
+        f"SSE: {f['sse_gaps']} gaps, {f['sse_duplicates']} duplicates",
+        f"failover: write gap {f['failover_write_gap_s']} s, "
+        f"promoted after {f['failover_promoted_s']} s",
+    ]
+    for fault in f["faults"]:
+        recovered = ", ".join(f"{k} {v}" for k, v in fault["recovery_s"].items())
+        lines.append(f"  {fault['what']} at {fault['at_s']} s: recovered {recovered}")
+    rate = f["throughput_per_s"]
+    lines += [
+        f"throughput: {rate['cluster']}/s on the cluster, {rate['single_node']}/s on one node "
+        f"(ratio {rate['ratio']})",
+        f"crashes: {len(f['crashes'])}",
+        f"verify: {f['verify']} ({f['verify_counts']})",
+        "steps: " + ", ".join(f"{k} {v} s" for k, v in f["steps_s"].items()),
+    ]
+    return lines
+
+
+def clean(figures: dict[str, Any]) -> bool:
+    """Nothing lost, duplicated, skipped or unanswered, and verify passed."""
+    counted = ("lost", "duplicated", "duplicated_on_topic", "missing_on_topic", "unanswered")
+    streams = ("sse_gaps", "sse_duplicates", "unacknowledged")
+    return figures["verify"] == "passed" and not any(figures[k] for k in counted + streams)
+
+
+SMOKE: Final = {
+    "sessions": 6,
+    "interval": 1.0,
+    "warmup": 4.0,
+    "rounds": 1,
+    "between": 3.0,
+    "broker_down": 3.0,
+    "burst": 2.0,
+    "burst_clients": 4,
+    "settle": 90.0,
+}
+"""One kill of each engine and service, a few seconds apart (tests/integration/
+test_cluster_chaos.py runs it and checks the figures)."""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    defaults = ClusterParams()
+    parser.add_argument("--sessions", type=int, default=defaults.sessions)
+    parser.add_argument("--interval", type=float, default=defaults.interval_s)
+    parser.add_argument("--warmup", type=float, default=defaults.warmup_s)
+    parser.add_argument("--rounds", type=int, default=defaults.rounds)
+    parser.add_argument("--between", type=float, default=defaults.between_s)
+    parser.add_argument("--broker-down", type=float, default=defaults.broker_down_s)
+    parser.add_argument("--burst", type=float, default=defaults.burst_s)
+    parser.add_argument("--burst-clients", type=int, default=defaults.burst_clients)
+    parser.add_argument("--settle", type=float, default=defaults.settle_s)
+    parser.add_argument("--keep", action="store_true", help="keep the data and logs")
+    args = arguments(parser, SMOKE)
+    params = ClusterParams(
+        sessions=args.sessions, interval_s=args.interval, warmup_s=args.warmup,
+        rounds=args.rounds, between_s=args.between, broker_down_s=args.broker_down,
+        burst_s=args.burst, burst_clients=args.burst_clients, settle_s=args.settle,
+    )  # fmt: skip
+    root = Path(tempfile.mkdtemp(prefix="keel-cluster-chaos-"))
+    print(f"data and logs: {root}", flush=True)
+    started = time.monotonic()
+    result = asyncio.run(run_cluster_chaos(params, root))
+    for line in report(result):
+        print(line)
+    print(f"took {time.monotonic() - started:.0f} s")
+    figures = result.figures()
+    print(orjson.dumps(figures).decode())
+    if clean(figures) and not args.keep:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,151 @@
+"""The faults of the cluster chaos run, each one engine or service killed, and how long the
+platform took to carry on after it.
+
+A fault's recovery is read from the outside, as an operator's dashboard would: from the kill,
+how long until the events topic grows again (the relays publish), and how long until each
+consumer group has committed past what the topic held then (the projectors and the hook senders
+consume what was published after the kill). The PostgreSQL fault also records how long the
+formation took to promote the standby; the write gap (seconds without any acknowledged commit)
+is read from the clients' acknowledgements afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Final
+
+from benchmarks.cluster_shape import ProductionShape
+from keel_stream.hooks.service import group_name
+from keel_stream.kafka.admin import describe_topics
+from keel_stream.topics.catalog import EVENTS
+from keel_stream.topics.groups import projector_group
+
+__all__ = ["FAULTS", "Fault", "inflict"]
+
+FAULTS: Final = ("broker", "postgres", "api", "worker", "projector", "relay")
+"""In turn, as the issue orders them: a Kafka broker, the PostgreSQL primary, then one replica
+of each service (the supervisor restarts it, as an orchestrator would)."""
+_KILLED_SERVICE: Final = {
+    "api": "api-1",
+    "worker": "worker-1",
+    "projector": "projector-1",
+    "relay": "relay-0",
+}
+_BROKER: Final = 2
+_POLL_S: Final = 0.5
+
+
+@dataclass
+class Fault:
+    what: str
+    at: float
+    """monotonic time of the kill"""
+    at_s: float = 0.0
+    """seconds since the run's epoch"""
+    detail: dict[str, float | str | None] = field(default_factory=dict)
+    recovery_s: dict[str, float | None] = field(default_factory=dict)
+    """per consumer: seconds from the kill until it consumed past the kill (None: not in time)"""
+
+    def figures(self) -> dict[str, object]:
+        return {
+            "what": self.what,
+            "at_s": self.at_s,
+            **self.detail,
+            "recovery_s": self.recovery_s,
+        }
+
+
+async def _topic_and_groups(shape: ProductionShape) -> tuple[int, dict[str, int]]:
+    """The events topic's records (sum of high-water marks) and each group's committed sum."""
+    groups = (projector_group(""), group_name(""))
+    states = await describe_topics(shape.kafka_settings, "", groups)
+    events = [s for s in states if s.topic == EVENTS.full_name("")]
+    total = sum(s.high_water for s in events)
+    committed = {g: sum(s.committed.get(g) or 0 for s in events) for g in groups}
+    return total, committed
+
+
+async def _probe(shape: ProductionShape) -> tuple[int, dict[str, int]] | None:
+    # While a broker or the formation is down, a probe may fail: the next one tells.
+    with contextlib.suppress(Exception):
+        return await asyncio.wait_for(_topic_and_groups(shape), 10)
+    return None
+
+
+async def _recovery(shape: ProductionShape, fault: Fault, deadline_s: float) -> None:
+    """Fill fault.recovery_s: the topic growing past its size at the kill, then each group
+    committing past the topic's size at that moment."""
+    at_kill = None
+    while at_kill is None and time.monotonic() - fault.at < deadline_s:
+        at_kill = await _probe(shape)
+    if at_kill is None:
+        fault.recovery_s = {"topic": None}
+        return
+    size, _ = at_kill
+    target: int | None = None
+    pending = set(at_kill[1])
+    fault.recovery_s = {"topic": None, **dict.fromkeys(pending)}
+    while time.monotonic() - fault.at < deadline_s and (target is None or pending):
+        probed = await _probe(shape)
+        now = round(time.monotonic() - fault.at, 2)
+        if probed is not None:
+            total, committed = probed
+            if target is None and total > size:
+                target, fault.recovery_s["topic"] = total, now
+            for group in [g for g in pending if target is not None and committed[g] >= target]:
+                fault.recovery_s[group] = now
+                pending.discard(group)
+        await asyncio.sleep(_POLL_S)
+
+
+async def _kill_broker(shape: ProductionShape, fault: Fault, down_s: float) -> None:
+    await asyncio.to_thread(shape.kafka.kill, _BROKER)
+    fault.detail["node"] = _BROKER
+    await asyncio.sleep(down_s)
+    started = time.monotonic()
+    await asyncio.to_thread(shape.kafka.restart, _BROKER)
+    fault.detail["down_s"] = round(time.monotonic() - fault.at, 2)
+    fault.detail["restart_s"] = round(time.monotonic() - started, 2)
+
+
+async def _kill_primary(shape: ProductionShape, fault: Fault) -> None:
+    old = await shape.formation.kill_primary()
+    fault.detail["killed"] = old.name
+    new = await shape.formation.wait_promoted(old, timeout_s=120)
+    fault.detail["promoted"] = new.name
+    fault.detail["promoted_s"] = round(time.monotonic() - fault.at, 2)
+
+
+async def inflict(
+    shape: ProductionShape, what: str, *, broker_down_s: float, deadline_s: float
+) -> Fault:
+    """Kill `what`, wait for the platform to carry on (bounded by deadline_s), and say how long
+    each part took."""
+    fault = Fault(what, time.monotonic(), shape.since())
+    actions: dict[str, Callable[[], Awaitable[None]]] = {
+        "broker": lambda: _kill_broker(shape, fault, broker_down_s),
+        "postgres": lambda: _kill_primary(shape, fault),
+    }
+    if what in actions:
+        await asyncio.gather(actions[what](), _recovery(shape, fault, deadline_s))
+        return fault
+    name = _KILLED_SERVICE[what]
+    fault.detail["killed"] = name
+    service = shape.services[name]
+    starts = service.starts
+    if not service.kill():
+        fault.detail["killed"] = f"{name} (was not running)"
+
+    async def back() -> None:
+        while time.monotonic() - fault.at < deadline_s and not (
+            service.starts > starts and service.running
+        ):
+            await asyncio.sleep(0.1)
+        fault.detail["restarted_s"] = round(time.monotonic() - fault.at, 2)
+
+    await asyncio.gather(back(), _recovery(shape, fault, deadline_s))
+    return fault
