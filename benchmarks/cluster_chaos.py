@@ -39,6 +39,7 @@ from typing import Any, Final
 import httpx
 import orjson
 
+from benchmarks.chaos import percentile
 from benchmarks.chaos_audit import Audit, Verified, settle, verify
 from benchmarks.chaos_cluster import Cluster, Servers
 from benchmarks.chaos_load import Load
@@ -64,30 +65,53 @@ class ClusterParams:
     settle_s: float = 180.0
 
 
-async def burst(api_url: str, key: str, clients: int, seconds: float) -> float:
-    """Commits per second: `clients` clients, each on a session of its own, back to back."""
+@dataclass(frozen=True)
+class Burst:
+    per_s: float
+    p50_ms: float
+    p99_ms: float
+
+
+async def burst(api_url: str, key: str, clients: int, seconds: float) -> Burst:
+    """Commits per second and their latency: `clients` clients, each on a session of its own
+    (created, and committed to once, before the clock starts), back to back."""
     headers = {"Authorization": f"Bearer {key}"}
-    async with httpx.AsyncClient(base_url=api_url, headers=headers, timeout=10) as client:
+    async with httpx.AsyncClient(base_url=api_url, headers=headers, timeout=30) as client:
+
+        async def commit(session: str, number: int) -> float | None:
+            body = {"kind": "user.message", "payload": {"text": f"burst {number}"}}
+            body["requestId"] = f"{session}-{number}"
+            started = time.monotonic()
+            response = await client.post(f"/v1/sessions/{session}/events", json=body)
+            return time.monotonic() - started if response.is_success else None
+
         stamp = time.monotonic_ns()
         ids = []
         for index in range(clients):
             made = await client.post("/v1/sessions", json={"id": f"burst-{stamp}-{index}"})
             made.raise_for_status()
             ids.append(made.json()["id"])
+            await commit(ids[-1], 0)  # warm: the first commit of a session is not measured
         ends = time.monotonic() + seconds
+        took: list[float] = []
 
-        async def commit_until_end(session: str) -> int:
-            done = 0
+        async def commit_until_end(session: str) -> None:
+            number = 1
             while time.monotonic() < ends:
-                body = {"kind": "user.message", "payload": {"text": f"burst {done}"}}
-                body["requestId"] = f"{session}-{done}"
-                response = await client.post(f"/v1/sessions/{session}/events", json=body)
-                done += int(response.is_success)
-            return done
+                latency = await commit(session, number)
+                if latency is not None:
+                    took.append(latency)
+                    number += 1
 
         started = time.monotonic()
-        total = sum(await asyncio.gather(*(commit_until_end(s) for s in ids)))
-        return total / (time.monotonic() - started)
+        await asyncio.gather(*(commit_until_end(s) for s in ids))
+        elapsed = time.monotonic() - started
+    took.sort()
+    return Burst(
+        per_s=round(len(took) / elapsed, 1),
+        p50_ms=round(1000 * percentile(took, 0.5), 1),
+        p99_ms=round(1000 * percentile(took, 0.99), 1),
+    )
 
 
 def _write_gap(load: Load, fault: Fault) -> float | None:
@@ -108,7 +132,7 @@ class ClusterResult:
     load: Load
     audit: Audit
     verified: Verified
-    throughput: dict[str, float]
+    throughput: dict[str, Burst]
     crashes: list[dict[str, Any]]
     steps: dict[str, float]
 
@@ -123,7 +147,8 @@ class ClusterResult:
         topic = self.topic_counts()
         postgres = [f for f in self.faults if f.what == "postgres"]
         gaps = [_write_gap(self.load, f) for f in postgres]
-        cluster, single = self.throughput.get("cluster", 0.0), self.throughput.get("single", 0.0)
+        cluster, single = self.throughput["cluster"], self.throughput.get("single")
+        ratio = round(cluster.per_s / single.per_s, 2) if single and single.per_s else None
         return {
             "engines": self.versions,
             "sessions": self.params.sessions,
@@ -139,10 +164,12 @@ class ClusterResult:
             "failover_write_gap_s": [g for g in gaps if g is not None],
             "failover_promoted_s": [f.detail.get("promoted_s") for f in postgres],
             "faults": [f.figures() for f in self.faults],
-            "throughput_per_s": {
-                "cluster": round(cluster, 1),
-                "single_node": round(single, 1),
-                "ratio": round(cluster / single, 2) if single else None,
+            "throughput": {
+                "cluster": vars(cluster),
+                "single_node": vars(single) if single else None,
+                "ratio": round(cluster.per_s / single.per_s, 2)
+                if single and single.per_s
+                else None,
             },
             "crashes": self.crashes,
             "verify": "passed" if self.verified.passed else "failed",
@@ -154,6 +181,9 @@ class ClusterResult:
 class _Steps(dict[str, float]):
     def __init__(self) -> None:
         super().__init__()
+        self._last = time.monotonic()
+
+    def restart(self) -> None:
         self._last = time.monotonic()
 
     def mark(self, step: str) -> None:
@@ -182,6 +212,7 @@ async def _on_cluster(
     shape: ProductionShape, params: ClusterParams, steps: _Steps
 ) -> ClusterResult:
     steps.update(await shape.start())
+    steps.restart()
     versions = engine_versions(shape)
     print(f"engines: {orjson.dumps(versions).decode()}", flush=True)
     cluster_rate = await burst(shape.api_url, shape.key, params.burst_clients, params.burst_s)
@@ -214,7 +245,7 @@ async def _on_cluster(
     )
 
 
-async def _single_node_rate(root: Path, params: ClusterParams) -> float:
+async def _single_node_rate(root: Path, params: ClusterParams) -> Burst:
     """The same burst on one PostgreSQL, one broker and one of each service."""
     servers = Servers(root)
     await asyncio.to_thread(servers.start)
@@ -258,9 +289,9 @@ def report(result: ClusterResult) -> list[str]:
     for fault in f["faults"]:
         recovered = ", ".join(f"{k} {v}" for k, v in fault["recovery_s"].items())
         lines.append(f"  {fault['what']} at {fault['at_s']} s: recovered {recovered}")
-    rate = f["throughput_per_s"]
+    rate = f["throughput"]
     lines += [
-        f"throughput: {rate['cluster']}/s on the cluster, {rate['single_node']}/s on one node "
+        f"throughput: {rate['cluster']} on the cluster, {rate['single_node']} on one node "
         f"(ratio {rate['ratio']})",
         f"crashes: {len(f['crashes'])}",
         f"verify: {f['verify']} ({f['verify_counts']})",

@@ -3,10 +3,10 @@ platform took to carry on after it.
 
 A fault's recovery is read from the outside, as an operator's dashboard would: from the kill,
 how long until the events topic grows again (the relays publish), and how long until each
-consumer group has committed past what the topic held then (the projectors and the hook senders
-consume what was published after the kill). The PostgreSQL fault also records how long the
-formation took to promote the standby; the write gap (seconds without any acknowledged commit)
-is read from the clients' acknowledgements afterwards.
+consumer has caught up with what the topic held then (the projections by the offsets stored
+with the read models, the hook senders by their group's committed offsets). The PostgreSQL
+fault also records how long the formation took to promote the standby; the write gap (seconds
+without any acknowledged commit) is read from the clients' acknowledgements afterwards.
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ from typing import Final
 from benchmarks.cluster_shape import ProductionShape
 from keel_stream.hooks.service import group_name
 from keel_stream.kafka.admin import describe_topics
+from keel_stream.projector.status import projection_status
+from keel_stream.store import opened_store
 from keel_stream.topics.catalog import EVENTS
-from keel_stream.topics.groups import projector_group
 
 __all__ = ["FAULTS", "Fault", "inflict"]
 
@@ -59,13 +60,26 @@ class Fault:
         }
 
 
+async def _projected(shape: ProductionShape) -> int:
+    """Records the read models hold (the live generations' offsets stored with them, the
+    least of the projections): the projectors' progress, which Kafka's group offsets trail."""
+    async with opened_store(shape.formation.dsn, max_size=1) as backend:
+        rows = await projection_status(backend.projections(), None, "")
+    live = [sum(r.offsets.values()) for r in rows if r.status == "live"]
+    return min(live) if live else 0
+
+
 async def _topic_and_groups(shape: ProductionShape) -> tuple[int, dict[str, int]]:
-    """The events topic's records (sum of high-water marks) and each group's committed sum."""
-    groups = (projector_group(""), group_name(""))
-    states = await describe_topics(shape.kafka_settings, "", groups)
+    """The events topic's records (sum of high-water marks), the records the projections
+    applied and those the hook senders' group committed."""
+    hooks = group_name("")
+    states = await describe_topics(shape.kafka_settings, "", (hooks,))
     events = [s for s in states if s.topic == EVENTS.full_name("")]
     total = sum(s.high_water for s in events)
-    committed = {g: sum(s.committed.get(g) or 0 for s in events) for g in groups}
+    committed = {
+        "projections": await _projected(shape),
+        "hooks": sum(s.committed.get(hooks) or 0 for s in events),
+    }
     return total, committed
 
 

@@ -59,7 +59,8 @@ class ProductionShape:
         self.root = root
         (root / "logs").mkdir(parents=True, exist_ok=True)
         self.kafka = ApacheKafkaCluster(root / "kafka")
-        self.formation = FailoverFormation(root=root / "pgaf")
+        # Its own directory: its PostgreSQL runs as the postgres user, who may not enter root's.
+        self.formation = FailoverFormation()
         self.api_ports = [free_port() for _ in range(REPLICAS)]
         self.balancer = Haproxy(
             root / "haproxy",
@@ -166,6 +167,12 @@ class ProductionShape:
                     if time.monotonic() > deadline:
                         raise RuntimeError(f"API :{port} did not get ready; see {self.root}/logs")
                     await asyncio.sleep(0.2)
+        while set((await asyncio.to_thread(self.balancer.states)).values()) != {"UP"}:
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"HAProxy does not see both replicas up: {self.balancer.states()}"
+                )
+            await asyncio.sleep(0.2)
         readiness = await wait_projector_live(
             self.kafka_settings, projector_group(""), [], max(1.0, deadline - time.monotonic())
         )

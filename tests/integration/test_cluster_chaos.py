@@ -41,4 +41,4 @@ def test_one_kill_of_each_engine_loses_duplicates_and_skips_nothing() -> None:
     for fault in figures["faults"]:
         assert all(s is not None for s in fault["recovery_s"].values()), (fault, said)
     assert figures["failover_write_gap_s"], said
-    assert figures["throughput_per_s"]["ratio"] is not None, said
+    assert figures["throughput"]["ratio"] is not None, said
