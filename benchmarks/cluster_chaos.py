@@ -167,9 +167,7 @@ class ClusterResult:
             "throughput": {
                 "cluster": vars(cluster),
                 "single_node": vars(single) if single else None,
-                "ratio": round(cluster.per_s / single.per_s, 2)
-                if single and single.per_s
-                else None,
+                "ratio": ratio,
             },
             "crashes": self.crashes,
             "verify": "passed" if self.verified.passed else "failed",
