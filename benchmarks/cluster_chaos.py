@@ -1,8 +1,8 @@
 """Cluster chaos: the production shape on one machine, killed one engine at a time under steady
 input; nothing acknowledged may be lost, duplicated, skipped on a stream or left unanswered.
 
-    python -m benchmarks.cluster_chaos [--sessions 40] [--interval 2] [--warmup 20] [--rounds 2]
-                                       [--between 15] [--broker-down 10] [--burst 10]
+    python -m benchmarks.cluster_chaos [--sessions 20] [--interval 2] [--warmup 20] [--rounds 2]
+                                       [--between 10] [--broker-down 10] [--burst 10]
                                        [--burst-clients 8] [--smoke]
 
 The topology (benchmarks.cluster_shape): three Apache Kafka brokers (KRaft, SASL/SCRAM, topics
@@ -52,11 +52,11 @@ __all__ = ["ClusterParams", "main", "run_cluster_chaos"]
 
 @dataclass(frozen=True)
 class ClusterParams:
-    sessions: int = 40
+    sessions: int = 20
     interval_s: float = 2.0
     warmup_s: float = 20.0
     rounds: int = 2
-    between_s: float = 15.0
+    between_s: float = 10.0
     broker_down_s: float = 10.0
     burst_s: float = 10.0
     burst_clients: int = 8
