@@ -22,6 +22,7 @@ from tests.support.postgres import (
     find_postgres,
     unique_name,
 )
+from tests.support.quality import MODULE_LINES, long_modules
 
 
 @pytest.fixture(scope="session")
@@ -131,6 +132,12 @@ def pytest_terminal_summary(
     if server is not None:
         took = f", started in {server.start_s:.1f} s" if server.start_s is not None else ""
         terminalreporter.write_line(f"kafka: {server.origin} at {server.bootstrap}{took}")
+    long = long_modules()
+    if long:  # a warning, not a failure: one concept per module, whatever its length
+        terminalreporter.write_line(
+            f"modules over {MODULE_LINES} lines (one concept each?): "
+            + ", ".join(f"{path} {lines}" for path, lines in long)
+        )
 
 
 @pytest.fixture(scope="session")

@@ -5,10 +5,9 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
-import pytest
+from tests.support.quality import product_files
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,27 +33,15 @@ def test_mypy_strict() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-PRODUCT = ("keel_stream", "topics", "projections")
 DRIVERS = ("asyncpg",)
-
-
-def _product_files() -> list[Path]:
-    return sorted(f for root in PRODUCT for f in (ROOT / root).rglob("*.py"))
-
-
-MODULE_LINES = 400
 FUNCTION_LINES = 60
-
-
-class LongModuleWarning(UserWarning):
-    """A module past MODULE_LINES: worth a look, not a failure (one concept per module)."""
 
 
 def test_functions_stay_short() -> None:
     import ast
 
     too_long: list[str] = []
-    for path in _product_files():
+    for path in product_files():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 length = (node.end_lineno or node.lineno) - node.lineno + 1
@@ -63,25 +50,11 @@ def test_functions_stay_short() -> None:
     assert not too_long, "\n".join(too_long)
 
 
-# The module size is a warning, not a wall: a module is one concept, whatever its length (a wall
-# at 400 lines once scattered the one error tree over seven files).
-@pytest.mark.filterwarnings("always::tests.test_quality.LongModuleWarning")
-def test_long_modules_are_reported_not_refused() -> None:
-    for path in _product_files():
-        lines = len(path.read_text().splitlines())
-        if lines > MODULE_LINES:
-            warnings.warn(
-                f"{path.relative_to(ROOT)}: {lines} lines (over {MODULE_LINES}): one concept?",
-                LongModuleWarning,
-                stacklevel=1,
-            )
-
-
 def test_processes_are_known_by_one_identity_module() -> None:
     stat_read = re.compile(r"/proc/\{[^}]*\}/stat\b")
     readers = [
         str(path.relative_to(ROOT))
-        for path in _product_files()
+        for path in product_files()
         if stat_read.search(path.read_text()) and path != ROOT / "keel_stream" / "procs.py"
     ]
     assert not readers, "a pid and its start time are read in keel_stream/procs.py: " + str(readers)
@@ -91,7 +64,7 @@ def test_only_the_store_imports_the_database_driver() -> None:
     import ast
 
     outside: list[str] = []
-    for path in _product_files():
+    for path in product_files():
         relative = path.relative_to(ROOT)
         if relative.parts[:2] == ("keel_stream", "store"):
             continue
@@ -130,7 +103,7 @@ def test_no_pool_and_no_postgres_class_outside_the_store() -> None:
 
     pool_names = re.compile(r"\.(Pool|create_pool|pooled|connect|connect\.\w+|Postgres\w+)$")
     outside: list[str] = []
-    for path in _product_files():
+    for path in product_files():
         relative = path.relative_to(ROOT)
         if relative.parts[:2] == ("keel_stream", "store"):
             continue
@@ -161,7 +134,7 @@ def test_only_settings_reads_the_environment() -> None:
     reads = re.compile(r"os\.environ|getenv|KeelSettings\(\)")
     readers = [
         f"{path.relative_to(ROOT)}:{number}"
-        for path in _product_files()
+        for path in product_files()
         if str(path.relative_to(ROOT)) not in {"keel_stream/settings.py", *_ENVIRONMENT_READERS}
         for number, line in enumerate(path.read_text().splitlines(), 1)
         if reads.search(line)
@@ -187,7 +160,7 @@ def test_only_the_kafka_door_imports_the_kafka_client() -> None:
     import ast
 
     outside: list[str] = []
-    for path in _product_files():
+    for path in product_files():
         relative = path.relative_to(ROOT)
         if relative.parts[:2] == ("keel_stream", "kafka"):
             continue
