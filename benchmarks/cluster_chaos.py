@@ -31,6 +31,7 @@ import argparse
 import asyncio
 import logging
 import shutil
+import signal
 import tempfile
 import time
 from dataclasses import dataclass
@@ -274,6 +275,15 @@ async def run_cluster_chaos(params: ClusterParams, root: Path) -> ClusterResult:
     return result
 
 
+async def _until_terminated(params: ClusterParams, root: Path) -> ClusterResult:
+    """The run, cancelled by SIGTERM so that every engine it started is stopped on the way out
+    (they run in sessions of their own: a kill of this process's group does not reach them)."""
+    task = asyncio.current_task()
+    assert task is not None
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+    return await run_cluster_chaos(params, root)
+
+
 def report(result: ClusterResult) -> list[str]:
     f = result.figures()
     lines = [f"engines: {', '.join(f['engines'].values())}"]
@@ -348,7 +358,7 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="keel-cluster-chaos-"))
     print(f"data and logs: {root}", flush=True)
     started = time.monotonic()
-    result = asyncio.run(run_cluster_chaos(params, root))
+    result = asyncio.run(_until_terminated(params, root))
     for line in report(result):
         print(line)
     print(f"took {time.monotonic() - started:.0f} s")

@@ -132,6 +132,9 @@ async def _kill_primary(shape: ProductionShape, fault: Fault) -> None:
     new = await shape.formation.wait_promoted(old, timeout_s=120)
     fault.detail["promoted"] = new.name
     fault.detail["promoted_s"] = round(time.monotonic() - fault.at, 2)
+    # The old primary comes back as the new standby, so the next round fails over again.
+    await shape.formation.rejoin(old)
+    fault.detail["rejoined_s"] = round(time.monotonic() - fault.at, 2)
 
 
 async def inflict(

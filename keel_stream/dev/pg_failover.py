@@ -282,6 +282,15 @@ class FailoverFormation:
         await self._wait(promoted, timeout_s, "a new primary")
         return await self.primary()
 
+    async def rejoin(self, node: FormationNode, timeout_s: float = 120.0) -> None:
+        """Start a killed node's keeper again on its data directory: it rejoins as the standby
+        (rewound to the new primary's timeline); returns once the formation is a primary and
+        a secondary again."""
+        node.killed = False
+        self._spawn(node, ["run", "--pgdata", str(node.pgdata)])
+        settled = functools.partial(self._settled, len(self.nodes))
+        await self._wait(settled, timeout_s, f"{node.name} to rejoin as the standby")
+
     def _kill_group(self, node: FormationNode, signum: int) -> None:
         if node.group is None:
             return

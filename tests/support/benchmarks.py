@@ -87,6 +87,9 @@ class BenchmarkRun:
         return figures
 
 
+_STOP_GRACE_S: Final = 60.0
+
+
 def run_benchmark(name: str, *flags: str, env: Mapping[str, str], timeout_s: float) -> BenchmarkRun:
     """Run benchmarks.`name` to its end (or `timeout_s`); whatever it left running in its
     process group is killed afterwards."""
@@ -106,9 +109,15 @@ def run_benchmark(name: str, *flags: str, env: Mapping[str, str], timeout_s: flo
         stdout, stderr = child.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         timed_out = True
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(child.pid, signal.SIGKILL)
-        stdout, stderr = child.communicate()
+        # SIGTERM first: a benchmark that started engines in sessions of their own (out of
+        # reach of the group kill below) stops them on the way out.
+        child.terminate()
+        try:
+            stdout, stderr = child.communicate(timeout=_STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGKILL)
+            stdout, stderr = child.communicate()
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(child.pid, signal.SIGKILL)
