@@ -125,6 +125,10 @@ def pytest_report_header(config: pytest.Config) -> str:
         return f"kafka: {exc}"
 
 
+SUMMARY_PROPERTY = "summary"
+"""A test's `record_property("summary", text)` is printed at the end of the run (CI's log)."""
+
+
 def pytest_terminal_summary(
     terminalreporter: pytest.TerminalReporter, config: pytest.Config
 ) -> None:
@@ -132,6 +136,13 @@ def pytest_terminal_summary(
     if server is not None:
         took = f", started in {server.start_s:.1f} s" if server.start_s is not None else ""
         terminalreporter.write_line(f"kafka: {server.origin} at {server.bootstrap}{took}")
+    for report in [
+        *terminalreporter.stats.get("passed", []),
+        *terminalreporter.stats.get("failed", []),
+    ]:
+        for name, value in getattr(report, "user_properties", ()):
+            if name == SUMMARY_PROPERTY:  # a test's figures for the run's log
+                terminalreporter.write_line(f"{report.nodeid.split('::')[-1]}: {value}")
     long = long_modules()
     if long:  # a warning, not a failure: one concept per module, whatever its length
         terminalreporter.write_line(

@@ -14,6 +14,9 @@ test with the reason; nothing runs in its place.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import orjson
 import pytest
 
 from benchmarks.cluster_faults import FAULTS
@@ -23,12 +26,15 @@ TIMEOUT_S = 420.0
 
 
 @pytest.mark.timeout(TIMEOUT_S + 20)
-def test_one_kill_of_each_engine_loses_duplicates_and_skips_nothing() -> None:
+def test_one_kill_of_each_engine_loses_duplicates_and_skips_nothing(
+    record_property: Callable[[str, object], None],
+) -> None:
     ran = run_benchmark("cluster_chaos", "--smoke", env={}, timeout_s=TIMEOUT_S)
     said = ran.said()
     assert ran.returncode == 0, said
     figures = ran.figures()
     print(ran.stdout)
+    record_property("summary", orjson.dumps(figures).decode())  # into CI's log
     assert [f["what"] for f in figures["faults"]] == list(FAULTS), said
     assert figures["acknowledged"] > 0, said
     for counted in ("unacknowledged", "lost", "duplicated", "unanswered"):
