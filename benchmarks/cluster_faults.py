@@ -127,7 +127,9 @@ async def _kill_broker(shape: ProductionShape, fault: Fault, down_s: float) -> N
 
 
 async def _kill_primary(shape: ProductionShape, fault: Fault) -> None:
-    old = await shape.formation.kill_primary()
+    primary = await shape.formation.primary()
+    fault.at = time.monotonic()  # the kill itself: the write gap is measured from here
+    old = await shape.formation.kill_primary(primary)
     fault.detail["killed"] = old.name
     new = await shape.formation.wait_promoted(old, timeout_s=120)
     fault.detail["promoted"] = new.name

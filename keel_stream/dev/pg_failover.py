@@ -262,10 +262,11 @@ class FailoverFormation:
                 return node
         raise RuntimeError("pg_auto_failover: no primary")
 
-    async def kill_primary(self) -> FormationNode:
+    async def kill_primary(self, node: FormationNode | None = None) -> FormationNode:
         """SIGKILL the primary's keeper and postgres (its whole process group), verified gone;
-        returns it."""
-        node = await self.primary()
+        returns it. `node`: the primary as the caller already found it, killed without asking
+        the monitor again."""
+        node = node or await self.primary()
         node.killed = True
         members = [m.proc for m in group_members(node.group.pid)] if node.group else []
         self._kill_group(node, signal.SIGKILL)
