@@ -18,6 +18,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Final
 
+import orjson
+
 from benchmarks.cluster_shape import ProductionShape
 from keel_stream.hooks.service import group_name
 from keel_stream.kafka.admin import describe_topics
@@ -29,12 +31,12 @@ __all__ = ["FAULTS", "Fault", "inflict"]
 
 FAULTS: Final = ("broker", "postgres", "api", "worker", "projector", "relay")
 """In turn, as the issue orders them: a Kafka broker, the PostgreSQL primary, then one replica
-of each service (the supervisor restarts it, as an orchestrator would)."""
+of each service (the supervisor restarts it, as an orchestrator would); the relay killed is the
+one holding shard 0's lock."""
 _KILLED_SERVICE: Final = {
     "api": "api-1",
     "worker": "worker-1",
     "projector": "projector-1",
-    "relay": "relay-0",
 }
 _BROKER: Final = 2
 _POLL_S: Final = 0.5
@@ -139,6 +141,21 @@ async def _kill_primary(shape: ProductionShape, fault: Fault) -> None:
     fault.detail["rejoined_s"] = round(time.monotonic() - fault.at, 2)
 
 
+def _active_relay(shape: ProductionShape, shard: int) -> str:
+    """The relay holding the shard's lock: of the shard's running relays, the one that most
+    recently logged becoming active (since its last start)."""
+    latest: dict[str, str] = {}
+    for name, service in shape.services.items():
+        if not (name.startswith(f"relay-{shard}-") and service.running):
+            continue
+        since_start = service.log_path.read_text().rsplit("--- chaos: start", 1)[-1]
+        for line in since_start.splitlines():
+            if '"event": "active"' in line:
+                with contextlib.suppress(orjson.JSONDecodeError):
+                    latest[name] = str(orjson.loads(line).get("timestamp", ""))
+    return max(latest, key=lambda name: latest[name]) if latest else f"relay-{shard}-1"
+
+
 async def inflict(
     shape: ProductionShape, what: str, *, broker_down_s: float, deadline_s: float
 ) -> Fault:
@@ -152,7 +169,7 @@ async def inflict(
     if what in actions:
         await asyncio.gather(actions[what](), _recovery(shape, fault, deadline_s))
         return fault
-    name = _KILLED_SERVICE[what]
+    name = _active_relay(shape, shard=0) if what == "relay" else _KILLED_SERVICE[what]
     fault.detail["killed"] = name
     service = shape.services[name]
     starts = service.starts

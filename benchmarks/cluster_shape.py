@@ -4,8 +4,9 @@
   topics replicated three times with two in sync (keel_stream.kafka.apache_cluster);
 - PostgreSQL: a pg_auto_failover formation, a primary and a synchronous standby, reached with a
   multi-host DSN (`target_session_attrs=read-write`; keel_stream.dev.pg_failover);
-- two API replicas behind HAProxy (keel_stream.dev.haproxy), two workers, two relay shards, two
-  projector instances, two hook senders and two trigger schedulers, each an OS process under the
+- two API replicas behind HAProxy (keel_stream.dev.haproxy), two workers, two relay shards of two
+  relays each (one holds the shard's lock, one stands by), two projector instances, two hook
+  senders and two trigger schedulers, each an OS process under the
   chaos run's small supervisor (benchmarks.chaos_cluster.Service: restarted after it exits).
 
 Every service reads the same KEEL_* environment a deployment would set (docs/deployment.md).
@@ -33,7 +34,7 @@ from keel_stream.topics.groups import projector_group
 __all__ = ["REPLICAS", "ProductionShape", "engine_versions"]
 
 REPLICAS: Final = 2
-"""Instances of each service (relay shards: one relay per shard)."""
+"""Instances of each service, relay shards, and relays per shard (as compose runs them)."""
 _READY_S: Final = 180.0
 _COMMANDS: Final = {
     "worker": ("worker",),
@@ -129,7 +130,8 @@ class ProductionShape:
         for index, port in enumerate(self.api_ports):
             commands[f"api-{index + 1}"] = ("api", "--port", str(port))
         for index in range(REPLICAS):
-            commands[f"relay-{index}"] = ("relay", "--shard", str(index))
+            for copy in range(REPLICAS):
+                commands[f"relay-{index}-{copy + 1}"] = ("relay", "--shard", str(index))
             for role, args in _COMMANDS.items():
                 commands[f"{role}-{index + 1}"] = args
         for name, args in commands.items():
