@@ -118,13 +118,15 @@ async def burst(api_url: str, key: str, clients: int, seconds: float) -> Burst:
 
 
 def _write_gap(load: Load, fault: Fault) -> float | None:
-    """Seconds between the last acknowledgement before the kill and the first one after it."""
-    acks = sorted(i.acked_at for s in load.sessions for i in s.inputs if i.acked_at is not None)
-    before = [t for t in acks if t <= fault.at]
-    after = [t for t in acks if t > fault.at]
+    """Seconds without a commit: from the last acknowledgement before the primary's SIGKILL to
+    the first acknowledgement of an input first sent after it (an input sent before may be
+    acknowledged late: it committed on the old primary, its answer was still on the way)."""
+    items = [i for s in load.sessions for i in s.inputs if i.acked_at is not None]
+    before = [i.acked_at for i in items if i.acked_at is not None and i.acked_at <= fault.at]
+    after = [i.acked_at for i in items if i.acked_at is not None and i.first_try > fault.at]
     if not before or not after:
         return None
-    return round(after[0] - before[-1], 2)
+    return round(min(after) - max(before), 2)
 
 
 @dataclass
