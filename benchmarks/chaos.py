@@ -175,6 +175,10 @@ class Steps(dict[str, float]):
         super().__init__()
         self._last = time.monotonic()
 
+    def restart(self) -> None:
+        """The next step's time counts from now (what came between is counted elsewhere)."""
+        self._last = time.monotonic()
+
     def mark(self, step: str) -> None:
         now = time.monotonic()
         self[step] = round(now - self._last, 1)

@@ -36,7 +36,10 @@ from keel_stream.procs import die_with_parent
 from keel_stream.store import opened_store
 from keel_stream.topics.groups import projector_group
 
-__all__ = ["SERVICES", "Cluster", "Crash", "Servers", "Service", "keel"]
+__all__ = [
+    "SERVICES", "Cluster", "Crash", "Servers", "Service", "create_api_key", "keel", "keel_ok",
+    "supervised",
+]  # fmt: skip
 
 SERVICES: Final = ("api", "relay", "projector", "worker")
 TENANT: Final = "chaos"
@@ -67,6 +70,24 @@ async def keel(*args: str, env: dict[str, str], timeout_s: float = 120.0) -> tup
         await process.wait()
         raise
     return process.returncode or 0, out.decode(errors="replace")
+
+
+async def keel_ok(*args: str, env: dict[str, str]) -> str:
+    """`keel-stream ARGS` to the end, its output; RuntimeError with it if it failed."""
+    status, out = await keel(*args, env=env)
+    if status != 0:
+        raise RuntimeError(f"keel-stream {' '.join(args)} failed ({status}):\n{out}")
+    return out
+
+
+async def create_api_key(env: dict[str, str]) -> str:
+    """The chaos tenant and a new API key for it."""
+    await keel_ok("tenants", "create", TENANT, env=env)
+    out = await keel_ok("keys", "create", "--tenant", TENANT, env=env)
+    lines = [line for line in out.splitlines() if line.startswith("key:")]
+    if not lines:
+        raise RuntimeError(f"keel-stream keys create printed no key:\n{out}")
+    return lines[0].removeprefix("key:").strip()
 
 
 @dataclass
@@ -172,6 +193,34 @@ class Service:
                 await self._task
 
 
+def supervised(
+    root: Path,
+    commands: dict[str, tuple[str, ...]],
+    env: dict[str, str],
+    restart_after_s: float,
+    crashes: list[Crash],
+    clock: Callable[[], float],
+) -> dict[str, Service]:
+    """Each command a started Service named after it, with a data directory of its own under
+    root and its log in root/logs."""
+    services = {}
+    for name, args in commands.items():
+        own = root / name
+        own.mkdir(exist_ok=True)
+        service = Service(
+            name=name,
+            args=args,
+            env={**env, "KEEL_DATA_DIR": str(own)},
+            log_path=root / "logs" / f"{name}.log",
+            restart_after_s=restart_after_s,
+            crashes=crashes,
+            clock=clock,
+        )
+        service.start()
+        services[name] = service
+    return services
+
+
 class Servers:
     """PostgreSQL and the broker, each stoppable and restartable on the same address."""
 
@@ -243,10 +292,7 @@ class Cluster:
         }
 
     async def _keel(self, *args: str) -> str:
-        status, out = await keel(*args, env=self.env)
-        if status != 0:
-            raise RuntimeError(f"keel-stream {' '.join(args)} failed ({status}):\n{out}")
-        return out
+        return await keel_ok(*args, env=self.env)
 
     async def prepare(self) -> None:
         """Migrate and apply the topics (side by side), then align the stored offsets."""
@@ -255,12 +301,7 @@ class Cluster:
 
     async def create_key(self) -> None:
         """The tenant and its API key (while the services start)."""
-        await self._keel("tenants", "create", TENANT)
-        out = await self._keel("keys", "create", "--tenant", TENANT)
-        lines = [line for line in out.splitlines() if line.startswith("key:")]
-        if not lines:
-            raise RuntimeError(f"keel-stream keys create printed no key:\n{out}")
-        self.key = lines[0].removeprefix("key:").strip()
+        self.key = await create_api_key(self.env)
 
     async def align(self) -> None:
         """What `keel-stream dev` does at start: topics applied, stale stored offsets reset and
@@ -278,20 +319,10 @@ class Cluster:
             "projector": ("projections", "run"),
             "worker": ("worker",),
         }
-        for name in SERVICES:
-            own = self.root / name
-            own.mkdir(exist_ok=True)
-            service = Service(
-                name=name,
-                args=commands[name],
-                env={**self.env, "KEEL_DATA_DIR": str(own)},
-                log_path=self.root / "logs" / f"{name}.log",
-                restart_after_s=self.restart_after_s,
-                crashes=self.crashes,
-                clock=self.since,
-            )
-            service.start()
-            self.services[name] = service
+        ordered = {name: commands[name] for name in SERVICES}
+        self.services.update(
+            supervised(self.root, ordered, self.env, self.restart_after_s, self.crashes, self.since)
+        )
 
     async def wait_ready(self) -> None:
         """Until the API answers /readyz and the projections worker's group is live."""

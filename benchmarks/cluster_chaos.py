@@ -41,7 +41,7 @@ from typing import Any, Final
 import httpx
 import orjson
 
-from benchmarks.chaos import percentile
+from benchmarks.chaos import Steps, percentile
 from benchmarks.chaos_audit import Audit, Verified, settle, verify
 from benchmarks.chaos_cluster import Cluster, Servers
 from benchmarks.chaos_load import Load
@@ -181,20 +181,6 @@ class ClusterResult:
         }
 
 
-class _Steps(dict[str, float]):
-    def __init__(self) -> None:
-        super().__init__()
-        self._last = time.monotonic()
-
-    def restart(self) -> None:
-        self._last = time.monotonic()
-
-    def mark(self, step: str) -> None:
-        now = time.monotonic()
-        self[step] = round(now - self._last, 1)
-        self._last = now
-
-
 async def _faults(shape: ProductionShape, params: ClusterParams) -> list[Fault]:
     done: list[Fault] = []
     for _ in range(params.rounds):
@@ -211,9 +197,7 @@ async def _faults(shape: ProductionShape, params: ClusterParams) -> list[Fault]:
     return done
 
 
-async def _on_cluster(
-    shape: ProductionShape, params: ClusterParams, steps: _Steps
-) -> ClusterResult:
+async def _on_cluster(shape: ProductionShape, params: ClusterParams, steps: Steps) -> ClusterResult:
     steps.update(await shape.start())
     steps.restart()
     versions = engine_versions(shape)
@@ -265,7 +249,7 @@ async def _single_node_rate(root: Path, params: ClusterParams) -> Burst:
 
 async def run_cluster_chaos(params: ClusterParams, root: Path) -> ClusterResult:
     """The production shape under faults, then the single node's burst."""
-    steps = _Steps()
+    steps = Steps()
     shape = ProductionShape(root / "cluster", params.restart_after_s)
     try:
         result = await _on_cluster(shape, params, steps)

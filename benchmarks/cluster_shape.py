@@ -22,7 +22,7 @@ from typing import Final
 
 import httpx
 
-from benchmarks.chaos_cluster import TENANT, Crash, Service, keel
+from benchmarks.chaos_cluster import Crash, Service, create_api_key, keel_ok, supervised
 from keel_stream.dev.haproxy import Haproxy, Replica, haproxy_version
 from keel_stream.dev.pg_failover import FailoverFormation
 from keel_stream.dev.readiness import Readiness, wait_projector_live
@@ -120,10 +120,7 @@ class ProductionShape:
         return took
 
     async def _keel(self, *args: str) -> str:
-        status, out = await keel(*args, env=self.env)
-        if status != 0:
-            raise RuntimeError(f"keel-stream {' '.join(args)} failed ({status}):\n{out}")
-        return out
+        return await keel_ok(*args, env=self.env)
 
     def _start_services(self) -> None:
         commands: dict[str, tuple[str, ...]] = {}
@@ -134,28 +131,14 @@ class ProductionShape:
                 commands[f"relay-{index}-{copy + 1}"] = ("relay", "--shard", str(index))
             for role, args in _COMMANDS.items():
                 commands[f"{role}-{index + 1}"] = args
-        for name, args in commands.items():
-            own = self.root / name
-            own.mkdir(exist_ok=True)
-            service = Service(
-                name=name,
-                args=args,
-                env={**self.env, "KEEL_DATA_DIR": str(own)},
-                log_path=self.root / "logs" / f"{name}.log",
-                restart_after_s=self.restart_after_s,
-                crashes=self.crashes,
-                clock=self.since,
+        self.services.update(
+            supervised(
+                self.root, commands, self.env, self.restart_after_s, self.crashes, self.since
             )
-            service.start()
-            self.services[name] = service
+        )
 
     async def _create_key(self) -> None:
-        await self._keel("tenants", "create", TENANT)
-        out = await self._keel("keys", "create", "--tenant", TENANT)
-        lines = [line for line in out.splitlines() if line.startswith("key:")]
-        if not lines:
-            raise RuntimeError(f"keel-stream keys create printed no key:\n{out}")
-        self.key = lines[0].removeprefix("key:").strip()
+        self.key = await create_api_key(self.env)
 
     async def _wait_ready(self) -> None:
         """Until both replicas answer /readyz through the balancer and the projectors are live."""
